@@ -1,0 +1,273 @@
+// Package redistest starts real redis-server processes for tests.
+//
+// Each Server is a child process on a free loopback port with its own data
+// directory under t.TempDir(). Tests own their servers: they can kill, pause
+// (SIGSTOP), resume and restart them, and every server is stopped by
+// t.Cleanup. Nothing on the machine outside the test's own processes is used.
+//
+// Integration tests call Start; under `go test -short` Start skips the test,
+// and otherwise a missing redis-server binary fails the test with a message
+// that says what to install.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server child process owned by a test.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+// Options tune a Server. The zero value runs a server with no persistence.
+type Options struct {
+	// AOF enables appendonly persistence with appendfsync always, so a
+	// killed and restarted server keeps every acknowledged write.
+	AOF bool
+	// Args are extra redis-server arguments, e.g. "--requirepass", "x".
+	Args []string
+}
+
+// Binary returns the path of redis-server. Under -short it skips t when the
+// binary is missing; otherwise it fails t with installation advice.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs redis-server; skipped under -short")
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found in PATH: integration tests need Redis 7 " +
+			"(Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)")
+	}
+	return bin
+}
+
+// Start launches a redis-server on a free loopback port and waits until it
+// answers PING. The server is killed when the test ends.
+func Start(t testing.TB, opts *Options) *Server {
+	t.Helper()
+	bin := Binary(t)
+	if opts == nil {
+		opts = &Options{}
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s.args = []string{"--bind", "127.0.0.1", "--save", "", "--dir", s.dir,
+		"--protected-mode", "no", "--daemonize", "no", "--logfile", "redis.log",
+		"--maxmemory-policy", "noeviction"}
+	if opts.AOF {
+		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		s.args = append(s.args, "--appendonly", "no")
+	}
+	s.args = append(s.args, opts.Args...)
+
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: no free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.launch(); lastErr == nil {
+			t.Cleanup(s.stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
+	return nil
+}
+
+// StartN starts n independent servers.
+func StartN(t testing.TB, n int, opts *Options) []*Server {
+	t.Helper()
+	out := make([]*Server, n)
+	for i := range out {
+		out[i] = Start(t, opts)
+	}
+	return out
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr() }
+
+// Dir is the server's data directory (its AOF lives here).
+func (s *Server) Dir() string { return s.dir }
+
+// Kill sends SIGKILL and waits for the process to exit. Killing a stopped
+// server is a no-op.
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd, done, paused := s.cmd, s.done, s.paused
+	s.cmd, s.paused = nil, false
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	<-done
+}
+
+// Pause freezes the process with SIGSTOP: connections stay open but nothing
+// is answered, like a node stuck in a long pause or behind a black-holing
+// network.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP, true)
+}
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.signal(syscall.SIGCONT, false)
+}
+
+func (s *Server) signal(sig syscall.Signal, paused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: signal %v to a server that is not running", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
+	s.paused = paused
+}
+
+// Restart starts a killed server again on the same port and data directory
+// and waits until it answers PING. With AOF its data survives.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = s.launch(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // the old socket may linger briefly
+	}
+	s.t.Fatalf("redistest: restart on port %d: %v", s.port, err)
+}
+
+// Running reports whether the process is running (paused counts as running).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+func (s *Server) launch() error {
+	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server exited at start (port %d): %s", s.port, s.logTail())
+		default:
+		}
+		if ping(s.Addr()) == nil {
+			s.mu.Lock()
+			s.cmd, s.done, s.paused = cmd, done, false
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("redis-server on port %d did not answer PING within 5s: %s", s.port, s.logTail())
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, done, paused := s.cmd, s.done, s.paused
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	<-done
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(s.dir + "/redis.log")
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return errors.New("unexpected reply " + strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// freePort asks the kernel for a free loopback port. Another process may
+// take it before redis-server binds; Start retries on a new port then.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
