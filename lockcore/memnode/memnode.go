@@ -1,0 +1,206 @@
+// Package memnode is an in-memory lockcore.Node: the embedded store used when
+// no Redis is configured, and a fast node for unit tests. It passes the same
+// conformance suite (lockcore/nodetest) as the Redis node.
+//
+// Everything lives in one process and is lost when it exits, fencing counters
+// included: a gateway restarted on a memnode starts its tokens again at 1.
+// Use Redis nodes when tokens must survive restarts.
+package memnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Node is an in-memory lock node. The zero value is not usable; call New.
+type Node struct {
+	name string
+	now  func() time.Time
+
+	mu       sync.Mutex
+	locks    map[string]*entry
+	counters map[string]int64
+	watchers map[string]map[*watch]struct{}
+}
+
+type entry struct {
+	lease   string
+	token   int64
+	owner   string
+	ttl     time.Duration
+	expires time.Time
+}
+
+type watch struct{ notify func(string) }
+
+// Options tune a Node. A nil *Options means the defaults.
+type Options struct {
+	// Name names the node in errors. Default "mem".
+	Name string
+	// Now is the clock that expires locks. Default time.Now.
+	Now func() time.Time
+}
+
+var seq atomic.Int64
+
+// New returns an empty node.
+func New(opts *Options) *Node {
+	n := &Node{locks: map[string]*entry{}, counters: map[string]int64{}, watchers: map[string]map[*watch]struct{}{}}
+	if opts != nil {
+		n.name, n.now = opts.Name, opts.Now
+	}
+	if n.name == "" {
+		n.name = fmt.Sprintf("mem-%d", seq.Add(1))
+	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	return n
+}
+
+var (
+	_ lockcore.Node    = (*Node)(nil)
+	_ lockcore.Watcher = (*Node)(nil)
+)
+
+// String names the node.
+func (n *Node) String() string { return n.name }
+
+// live returns the unexpired lock on resource, dropping an expired one.
+// n.mu must be held.
+func (n *Node) live(resource string) *entry {
+	e := n.locks[resource]
+	if e != nil && !n.now().Before(e.expires) {
+		delete(n.locks, resource)
+		return nil
+	}
+	return e
+}
+
+func (n *Node) taken(e *entry) lockcore.NodeReply {
+	return lockcore.NodeReply{Status: lockcore.StatusTaken, PTTL: e.expires.Sub(n.now())}
+}
+
+// Acquire implements lockcore.Node.
+func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch e := n.live(req.Resource); {
+	case e == nil:
+		n.counters[req.Resource]++
+		tok := n.counters[req.Resource]
+		n.locks[req.Resource] = &entry{lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL, expires: n.now().Add(req.TTL)}
+		return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}, nil
+	case e.lease == req.Lease:
+		e.ttl, e.expires = req.TTL, n.now().Add(req.TTL)
+		return lockcore.NodeReply{Status: lockcore.StatusReentered, Token: e.token}, nil
+	default:
+		return n.taken(e), nil
+	}
+}
+
+// Extend implements lockcore.Node.
+func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch e := n.live(resource); {
+	case e == nil:
+		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	case e.lease == lease:
+		if ttl > 0 {
+			e.ttl = ttl
+		}
+		e.expires = n.now().Add(e.ttl)
+		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, TTL: e.ttl}, nil
+	default:
+		return n.taken(e), nil
+	}
+}
+
+// Release implements lockcore.Node.
+func (n *Node) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch e := n.live(resource); {
+	case e == nil:
+		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	case e.lease == lease:
+		delete(n.locks, resource)
+		for w := range n.watchers[resource] {
+			w.notify(notice)
+		}
+		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token}, nil
+	default:
+		return n.taken(e), nil
+	}
+}
+
+// RaiseFence implements lockcore.Node.
+func (n *Node) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.counters[resource] < token {
+		n.counters[resource] = token
+	}
+	if e := n.live(resource); e != nil && e.lease == lease && e.token < token {
+		e.token = token
+	}
+	return nil
+}
+
+// Inspect implements lockcore.Node.
+func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeLock{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.live(resource)
+	if e == nil {
+		return lockcore.NodeLock{}, nil
+	}
+	return lockcore.NodeLock{Found: true, Lease: e.lease, Token: e.token, Owner: e.owner, TTL: e.ttl, Remaining: e.expires.Sub(n.now())}, nil
+}
+
+// Ping implements lockcore.Node; an in-memory node always answers.
+func (n *Node) Ping(ctx context.Context) error { return ctx.Err() }
+
+// Watch implements lockcore.Watcher. notify is called with the node's lock
+// held, so it must not call back into the node.
+func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := &watch{notify: notify}
+	n.mu.Lock()
+	if n.watchers[resource] == nil {
+		n.watchers[resource] = map[*watch]struct{}{}
+	}
+	n.watchers[resource][w] = struct{}{}
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(n.watchers[resource], w)
+		if len(n.watchers[resource]) == 0 {
+			delete(n.watchers, resource)
+		}
+	}, nil
+}

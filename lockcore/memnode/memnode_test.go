@@ -1,0 +1,13 @@
+package memnode_test
+
+import (
+	"testing"
+
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
+)
+
+func TestConformance(t *testing.T) {
+	nodetest.Run(t, func(t *testing.T) lockcore.Node { return memnode.New(nil) })
+}

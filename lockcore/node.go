@@ -1,0 +1,110 @@
+package lockcore
+
+import (
+	"context"
+	"time"
+)
+
+// Node is one independent lock store: a Redis master, or the in-memory node.
+// Every method acts atomically on the node and is bounded by ctx. A Node must
+// be safe for concurrent use.
+//
+// Keys a node keeps per resource: the lock (lease id, the node's token for
+// that lease, owner label, TTL; it expires with the TTL) and the fencing
+// counter (never expires, never decreases).
+type Node interface {
+	// Acquire takes the lock for req.Lease if it is free, incrementing the
+	// node's fencing counter in the same step (StatusGranted, Token = the new
+	// counter value). If req.Lease already holds it, the TTL is reset to
+	// req.TTL (StatusReentered, Token = the token stored for the lease).
+	// Otherwise it changes nothing (StatusTaken, PTTL = holder's remaining
+	// TTL).
+	Acquire(ctx context.Context, req NodeAcquire) (NodeReply, error)
+	// Extend resets the TTL if lease holds the lock (StatusOK); ttl 0 means
+	// the TTL the lock was last set with. StatusTaken or StatusAbsent
+	// otherwise, changing nothing.
+	Extend(ctx context.Context, resource, lease string, ttl time.Duration) (NodeReply, error)
+	// Release deletes the lock if lease holds it (StatusOK) and, if the node
+	// is a Watcher, announces notice to the resource's watchers in the same
+	// atomic step. StatusTaken or StatusAbsent otherwise.
+	Release(ctx context.Context, resource, lease, notice string) (NodeReply, error)
+	// RaiseFence sets the fencing counter to token if it is lower, and sets
+	// the token stored with the lock to token if lease holds it with a lower
+	// one. It never lowers anything.
+	RaiseFence(ctx context.Context, resource, lease string, token int64) error
+	// Inspect reads the lock. Found is false when nothing holds it.
+	Inspect(ctx context.Context, resource string) (NodeLock, error)
+	// Ping checks that the node answers.
+	Ping(ctx context.Context) error
+	// String names the node in errors and logs (never a password).
+	String() string
+}
+
+// Watcher is implemented by nodes that announce releases, so that waiters
+// learn of a release at once instead of polling.
+type Watcher interface {
+	// Watch calls notify with the release's notice for every release of
+	// resource on this node, until stop is called. It returns only once the
+	// subscription is in place, so a release that happens after Watch returns
+	// is never missed. notify must not block.
+	Watch(ctx context.Context, resource string, notify func(notice string)) (stop func(), err error)
+}
+
+// NodeAcquire is one node's share of an acquisition.
+type NodeAcquire struct {
+	Resource string
+	Lease    string
+	TTL      time.Duration
+	Owner    string
+}
+
+// NodeStatus is what a node did with a request.
+type NodeStatus int
+
+// Node statuses.
+const (
+	// StatusTaken: another lease holds the lock; nothing changed.
+	StatusTaken NodeStatus = iota
+	// StatusGranted: the lock was free and is now held by the lease.
+	StatusGranted
+	// StatusReentered: the lease already held the lock; its TTL was reset.
+	StatusReentered
+	// StatusOK: the lease holds the lock and the extend or release was done.
+	StatusOK
+	// StatusAbsent: nothing holds the lock.
+	StatusAbsent
+)
+
+var statusNames = [...]string{"taken", "granted", "reentered", "ok", "absent"}
+
+func (s NodeStatus) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "unknown"
+}
+
+// NodeReply is a node's answer to Acquire, Extend or Release.
+type NodeReply struct {
+	Status NodeStatus
+	// Token is the node's token for the lease (Granted, Reentered, OK).
+	Token int64
+	// PTTL is the holder's remaining TTL (Taken).
+	PTTL time.Duration
+	// TTL is the TTL the lock is now set with (OK from Extend).
+	TTL time.Duration
+}
+
+// NodeLock is a node's view of a lock.
+type NodeLock struct {
+	Found     bool
+	Lease     string
+	Token     int64
+	Owner     string
+	TTL       time.Duration // the TTL the lock was last set with
+	Remaining time.Duration // time until the node expires it
+}
+
+// MaxToken bounds fencing tokens: they must stay exact in JSON numbers,
+// JavaScript and Lua, which all use IEEE doubles.
+const MaxToken = 1<<53 - 1

@@ -1,0 +1,250 @@
+// Package nodetest is the conformance suite for lockcore.Node
+// implementations. Every node lockgate ships (memnode, redisnode) runs it; a
+// new node must pass it before lockcore can trust it.
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Run runs the suite against the node that newNode returns. Subtests use
+// distinct resource names, so one node may serve them all.
+func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
+	var seq atomic.Int64
+	res := func(t *testing.T) string {
+		name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
+		return fmt.Sprintf("%s.%d", name, seq.Add(1))
+	}
+	ctx := context.Background()
+	acq := func(t *testing.T, n lockcore.Node, resource, lease string, ttl time.Duration) lockcore.NodeReply {
+		t.Helper()
+		r, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: resource, Lease: lease, TTL: ttl, Owner: "owner-" + lease})
+		if err != nil {
+			t.Fatalf("Acquire(%s, %s): %v", resource, lease, err)
+		}
+		return r
+	}
+	const ttl = 10 * time.Second
+	const leaseA, leaseB = "lease-A-0123456789", "lease-B-0123456789"
+
+	t.Run("a free lock is granted with a positive token", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		got := acq(t, n, r, leaseA, ttl)
+		if got.Status != lockcore.StatusGranted || got.Token < 1 {
+			t.Fatalf("got %+v, want granted with token ≥ 1", got)
+		}
+	})
+
+	t.Run("the holder re-entering keeps its token", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		first := acq(t, n, r, leaseA, ttl)
+		again := acq(t, n, r, leaseA, 2*ttl)
+		if again.Status != lockcore.StatusReentered || again.Token != first.Token {
+			t.Fatalf("re-entry got %+v, want reentered with token %d", again, first.Token)
+		}
+		l, _ := n.Inspect(ctx, r)
+		if l.TTL != 2*ttl || l.Remaining <= ttl {
+			t.Fatalf("re-entry did not refresh the TTL: %+v", l)
+		}
+	})
+
+	t.Run("another lease is refused with the holder's remaining TTL", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		acq(t, n, r, leaseA, ttl)
+		got := acq(t, n, r, leaseB, ttl)
+		if got.Status != lockcore.StatusTaken || got.PTTL <= 0 || got.PTTL > ttl {
+			t.Fatalf("got %+v, want taken with 0 < pttl ≤ %v", got, ttl)
+		}
+	})
+
+	t.Run("each new holder gets a higher token", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		var last int64
+		for i := range 5 {
+			lease := fmt.Sprintf("lease-%d-0123456789", i)
+			got := acq(t, n, r, lease, ttl)
+			if got.Status != lockcore.StatusGranted || got.Token <= last {
+				t.Fatalf("grant %d: got %+v, want granted with token > %d", i, got, last)
+			}
+			last = got.Token
+			if rel, err := n.Release(ctx, r, lease, "n"); err != nil || rel.Status != lockcore.StatusOK {
+				t.Fatalf("release %d: %+v, %v", i, rel, err)
+			}
+		}
+	})
+
+	t.Run("extend", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		g := acq(t, n, r, leaseA, ttl)
+		cases := []struct {
+			name   string
+			lease  string
+			ttl    time.Duration
+			want   lockcore.NodeStatus
+			wantTT time.Duration
+		}{
+			{"the holder sets a new TTL", leaseA, 3 * ttl, lockcore.StatusOK, 3 * ttl},
+			{"TTL 0 keeps the TTL last set", leaseA, 0, lockcore.StatusOK, 3 * ttl},
+			{"another lease is refused", leaseB, ttl, lockcore.StatusTaken, 0},
+		}
+		for _, c := range cases {
+			got, err := n.Extend(ctx, r, c.lease, c.ttl)
+			if err != nil || got.Status != c.want {
+				t.Fatalf("%s: got %+v, %v; want %v", c.name, got, err, c.want)
+			}
+			if c.want == lockcore.StatusOK && (got.TTL != c.wantTT || got.Token != g.Token) {
+				t.Fatalf("%s: got %+v, want ttl %v token %d", c.name, got, c.wantTT, g.Token)
+			}
+		}
+		if got, err := n.Extend(ctx, res(t), leaseA, ttl); err != nil || got.Status != lockcore.StatusAbsent {
+			t.Fatalf("extend of a free lock: %+v, %v; want absent", got, err)
+		}
+	})
+
+	t.Run("release", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		g := acq(t, n, r, leaseA, ttl)
+		if got, err := n.Release(ctx, r, leaseB, "x"); err != nil || got.Status != lockcore.StatusTaken {
+			t.Fatalf("release by another lease: %+v, %v; want taken", got, err)
+		}
+		if l, _ := n.Inspect(ctx, r); !l.Found || l.Lease != leaseA {
+			t.Fatalf("release by another lease changed the lock: %+v", l)
+		}
+		if got, err := n.Release(ctx, r, leaseA, "x"); err != nil || got.Status != lockcore.StatusOK || got.Token != g.Token {
+			t.Fatalf("release by the holder: %+v, %v; want ok with token %d", got, err, g.Token)
+		}
+		if got, err := n.Release(ctx, r, leaseA, "x"); err != nil || got.Status != lockcore.StatusAbsent {
+			t.Fatalf("second release: %+v, %v; want absent", got, err)
+		}
+	})
+
+	t.Run("RaiseFence raises the counter and the holder's token, never lowers", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		g := acq(t, n, r, leaseA, ttl)
+		if err := n.RaiseFence(ctx, r, leaseA, g.Token+100); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.RaiseFence(ctx, r, leaseA, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.RaiseFence(ctx, r, leaseB, g.Token+500); err != nil { // not the holder
+			t.Fatal(err)
+		}
+		if l, _ := n.Inspect(ctx, r); l.Token != g.Token+100 {
+			t.Fatalf("holder's token = %d, want %d (raised by its lease only)", l.Token, g.Token+100)
+		}
+		n.Release(ctx, r, leaseA, "x")
+		if got := acq(t, n, r, leaseB, ttl); got.Token != g.Token+501 {
+			t.Fatalf("next token = %d, want %d (counter raised to %d)", got.Token, g.Token+501, g.Token+500)
+		}
+	})
+
+	t.Run("inspect", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		if l, err := n.Inspect(ctx, r); err != nil || l.Found {
+			t.Fatalf("inspect of a free lock: %+v, %v", l, err)
+		}
+		g := acq(t, n, r, leaseA, ttl)
+		l, err := n.Inspect(ctx, r)
+		if err != nil || !l.Found || l.Lease != leaseA || l.Token != g.Token || l.Owner != "owner-"+leaseA ||
+			l.TTL != ttl || l.Remaining <= 0 || l.Remaining > ttl {
+			t.Fatalf("inspect: %+v, %v", l, err)
+		}
+	})
+
+	t.Run("a lock expires after its TTL and the next holder gets a higher token", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		g := acq(t, n, r, leaseA, 100*time.Millisecond)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			got := acq(t, n, r, leaseB, ttl)
+			if got.Status == lockcore.StatusGranted {
+				if got.Token <= g.Token {
+					t.Fatalf("token after expiry %d, want > %d", got.Token, g.Token)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lock with a 100ms TTL still held after 2s: %+v", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got, _ := n.Extend(ctx, r, leaseA, ttl); got.Status != lockcore.StatusTaken {
+			t.Fatalf("expired lease extended the new holder's lock: %+v", got)
+		}
+		if got, _ := n.Release(ctx, r, leaseA, "x"); got.Status != lockcore.StatusTaken {
+			t.Fatalf("expired lease released the new holder's lock: %+v", got)
+		}
+	})
+
+	t.Run("exactly one of many concurrent leases wins a free lock", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		var wg sync.WaitGroup
+		var granted atomic.Int64
+		errs := make(chan error, 32)
+		for i := range 32 {
+			wg.Go(func() {
+				got, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: fmt.Sprintf("lease-%02d-0123456789", i), TTL: ttl})
+				if err != nil {
+					errs <- err
+				} else if got.Status == lockcore.StatusGranted {
+					granted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if granted.Load() != 1 {
+			t.Fatalf("%d leases granted, want 1", granted.Load())
+		}
+	})
+
+	t.Run("watchers hear the holder's release, once per watch, until stopped", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		w, ok := n.(lockcore.Watcher)
+		if !ok {
+			t.Skip("node does not implement lockcore.Watcher")
+		}
+		heard := make(chan string, 16)
+		stop, err := w.Watch(ctx, r, func(notice string) { heard <- notice })
+		if err != nil {
+			t.Fatal(err)
+		}
+		acq(t, n, r, leaseA, ttl)
+		n.Release(ctx, r, leaseB, "not-the-holder")
+		n.Release(ctx, r, leaseA, "notice-1")
+		select {
+		case got := <-heard:
+			if got != "notice-1" {
+				t.Fatalf("heard %q, want notice-1 (a refused release must not be announced)", got)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("release not announced within 2s")
+		}
+		stop()
+		acq(t, n, r, leaseA, ttl)
+		n.Release(ctx, r, leaseA, "notice-2")
+		select {
+		case got := <-heard:
+			t.Fatalf("heard %q after stop", got)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+
+	t.Run("ping", func(t *testing.T) {
+		if err := newNode(t).Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

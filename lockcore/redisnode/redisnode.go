@@ -1,0 +1,328 @@
+// Package redisnode is a lockcore.Node on one Redis master (go-redis v9).
+//
+// Each operation is one Lua script, loaded once and run with EVALSHA (EVAL on
+// NOSCRIPT). Keys carry a hash tag around the resource,
+// lockgate:{resource}:lock and lockgate:{resource}:fence, so that a node can
+// later be a Redis Cluster: a script only touches keys of one slot.
+//
+// The fencing counter lockgate:{resource}:fence never expires. Run every node
+// with maxmemory-policy noeviction and AOF persistence (appendfsync always),
+// and never give a node replicas that can fail over: see package lockcore.
+package redisnode
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// The node scripts. Their header comments give KEYS, ARGV and replies.
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+	//go:embed extend.lua
+	extendLua    string
+	extendScript = redis.NewScript(extendLua)
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+	//go:embed fence.lua
+	fenceLua    string
+	fenceScript = redis.NewScript(fenceLua)
+	//go:embed inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+func lockKey(resource string) string     { return "lockgate:{" + resource + "}:lock" }
+func fenceKey(resource string) string    { return "lockgate:{" + resource + "}:fence" }
+func releasedKey(resource string) string { return "lockgate:{" + resource + "}:released" }
+
+// Node is a lockcore.Node backed by one Redis master. It is safe for
+// concurrent use.
+type Node struct {
+	rdb  *redis.Client
+	name string
+
+	mu  sync.Mutex
+	hub *hub
+}
+
+var (
+	_ lockcore.Node    = (*Node)(nil)
+	_ lockcore.Watcher = (*Node)(nil)
+)
+
+// New returns a node for the Redis server at rawURL: redis://[user:pass@]host:port[/db]
+// or rediss:// for TLS. It does not connect; use Ping to check. It fails
+// only when the URL is malformed.
+func New(rawURL string) (*Node, error) {
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
+	}
+	name := opt.Addr
+	// Timeouts come from each call's context (lockcore bounds every node
+	// call); one retry covers a pooled connection that died with a restart.
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = 1
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &Node{rdb: redis.NewClient(opt), name: name}, nil
+}
+
+// Client is the node's go-redis client (for tests and diagnostics).
+func (n *Node) Client() *redis.Client { return n.rdb }
+
+// String names the node by host:port, never with its password.
+func (n *Node) String() string { return n.name }
+
+// Close closes the node's connections and ends its watches.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	h := n.hub
+	n.hub = nil
+	n.mu.Unlock()
+	if h != nil {
+		_ = h.ps.Close()
+	}
+	return n.rdb.Close()
+}
+
+func ints(v any, want int) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < want {
+		return nil, fmt.Errorf("redisnode: unexpected script reply %v", v)
+	}
+	out := make([]int64, len(arr))
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return nil, fmt.Errorf("redisnode: unexpected script reply %v", v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// statusReply maps the {-1|0|1, value} reply of extend and release.
+func statusReply(v []int64) lockcore.NodeReply {
+	switch v[0] {
+	case 1:
+		r := lockcore.NodeReply{Status: lockcore.StatusOK, Token: v[1]}
+		if len(v) > 2 {
+			r.TTL = time.Duration(v[2]) * time.Millisecond
+		}
+		return r
+	case 0:
+		return lockcore.NodeReply{Status: lockcore.StatusTaken, PTTL: time.Duration(v[1]) * time.Millisecond}
+	default:
+		return lockcore.NodeReply{Status: lockcore.StatusAbsent}
+	}
+}
+
+// Acquire implements lockcore.Node with acquire.lua.
+func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
+	res, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(req.Resource), fenceKey(req.Resource)},
+		req.Lease, ms(req.TTL), req.Owner).Result()
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	v, err := ints(res, 2)
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	switch v[0] {
+	case 1:
+		return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: v[1]}, nil
+	case 2:
+		return lockcore.NodeReply{Status: lockcore.StatusReentered, Token: v[1]}, nil
+	default:
+		return lockcore.NodeReply{Status: lockcore.StatusTaken, PTTL: time.Duration(v[1]) * time.Millisecond}, nil
+	}
+}
+
+// Extend implements lockcore.Node with extend.lua.
+func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+	res, err := extendScript.Run(ctx, n.rdb, []string{lockKey(resource)}, lease, ms(ttl)).Result()
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	v, err := ints(res, 2)
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return statusReply(v), nil
+}
+
+// Release implements lockcore.Node with release.lua.
+func (n *Node) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease, notice).Result()
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	v, err := ints(res, 2)
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return statusReply(v), nil
+}
+
+// RaiseFence implements lockcore.Node with fence.lua.
+func (n *Node) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
+	return fenceScript.Run(ctx, n.rdb, []string{lockKey(resource), fenceKey(resource)}, token, lease).Err()
+}
+
+// Inspect implements lockcore.Node with inspect.lua.
+func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
+	res, err := inspectScript.Run(ctx, n.rdb, []string{lockKey(resource)}).Result()
+	if err != nil {
+		return lockcore.NodeLock{}, err
+	}
+	arr, ok := res.([]any)
+	if !ok {
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply %v", res)
+	}
+	if len(arr) == 0 {
+		return lockcore.NodeLock{}, nil
+	}
+	if len(arr) != 5 {
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply %v", res)
+	}
+	lease, _ := arr[0].(string)
+	tok, _ := arr[1].(int64)
+	owner, _ := arr[2].(string)
+	ttl, _ := arr[3].(int64)
+	pttl, _ := arr[4].(int64)
+	return lockcore.NodeLock{Found: true, Lease: lease, Token: tok, Owner: owner,
+		TTL: time.Duration(ttl) * time.Millisecond, Remaining: time.Duration(pttl) * time.Millisecond}, nil
+}
+
+// Ping implements lockcore.Node.
+func (n *Node) Ping(ctx context.Context) error { return n.rdb.Ping(ctx).Err() }
+
+// hub multiplexes all of a node's watches over one pub/sub connection: one
+// Redis subscription per resource, however many waiters it has.
+type hub struct {
+	ps       *redis.PubSub
+	mu       sync.Mutex
+	watchers map[string]map[*watch]struct{} // channel → watches
+	pending  map[string][]chan struct{}     // channel → waiting for "subscribe"
+}
+
+type watch struct{ notify func(string) }
+
+func (n *Node) getHub() *hub {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hub == nil {
+		h := &hub{
+			ps:       n.rdb.Subscribe(context.Background()),
+			watchers: map[string]map[*watch]struct{}{},
+			pending:  map[string][]chan struct{}{},
+		}
+		go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+		n.hub = h
+	}
+	return n.hub
+}
+
+func (h *hub) run(ch <-chan any) {
+	for msg := range ch {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			h.mu.Lock()
+			// Redis confirms SUBSCRIBEs in the order they were sent.
+			if p := h.pending[m.Channel]; len(p) > 0 {
+				close(p[0])
+				h.pending[m.Channel] = p[1:]
+			}
+			h.mu.Unlock()
+		case *redis.Message:
+			h.mu.Lock()
+			for w := range h.watchers[m.Channel] {
+				w.notify(m.Payload)
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// Watch implements lockcore.Watcher: it returns once Redis has confirmed the
+// subscription to the resource's release channel.
+func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) (func(), error) {
+	h := n.getHub()
+	channel := releasedKey(resource)
+	w := &watch{notify: notify}
+
+	h.mu.Lock()
+	first := len(h.watchers[channel]) == 0
+	if first {
+		h.watchers[channel] = map[*watch]struct{}{}
+	}
+	h.watchers[channel][w] = struct{}{}
+	var confirmed chan struct{}
+	if first {
+		confirmed = make(chan struct{})
+		h.pending[channel] = append(h.pending[channel], confirmed)
+	}
+	h.mu.Unlock()
+
+	stop := func() {
+		h.mu.Lock()
+		delete(h.watchers[channel], w)
+		last := len(h.watchers[channel]) == 0
+		if last {
+			delete(h.watchers, channel)
+		}
+		h.mu.Unlock()
+		if last {
+			_ = h.ps.Unsubscribe(context.Background(), channel)
+		}
+	}
+	if !first {
+		// Someone else subscribed first; wait for their confirmation too.
+		return stop, h.awaitSubscribed(ctx, channel)
+	}
+	if err := h.ps.Subscribe(ctx, channel); err != nil {
+		stop()
+		return nil, err
+	}
+	select {
+	case <-confirmed:
+		return stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, ctx.Err()
+	}
+}
+
+// awaitSubscribed waits until no SUBSCRIBE to channel is still unconfirmed.
+func (h *hub) awaitSubscribed(ctx context.Context, channel string) error {
+	h.mu.Lock()
+	p := h.pending[channel]
+	h.mu.Unlock()
+	if len(p) == 0 {
+		return nil
+	}
+	select {
+	case <-p[len(p)-1]:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), errors.New("redisnode: subscription not confirmed"))
+	}
+}

@@ -1,0 +1,613 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Clock tells time. Elapsed time is measured as Now().Sub(start), which uses
+// Go's monotonic clock for the real clock; tests inject a fake.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Options tune a Redlock. A nil *Options or a zero field means the default
+// documented on the field.
+type Options struct {
+	// NodeTimeout bounds each call to one node. Default 50ms. It must stay
+	// far below MinTTL: a lock's validity is its TTL minus the time spent
+	// acquiring, which can be as long as NodeTimeout when a node hangs.
+	NodeTimeout time.Duration
+	// DriftFactor is the share of the TTL set aside for clock drift between
+	// nodes; 2 ms are added to it. Default 0.01.
+	DriftFactor float64
+	// MinTTL and MaxTTL bound lock TTLs. Defaults 100ms and 1h.
+	MinTTL, MaxTTL time.Duration
+	// MaxWait bounds how long an Acquire may wait for a held lock. Default 5m.
+	MaxWait time.Duration
+	// MaxWaiters bounds the Acquire calls waiting at once on this Redlock;
+	// past it Acquire returns ErrTooManyWaiters. Default 10000.
+	MaxWaiters int
+	// Clock is the time source. Default: the real clock.
+	Clock Clock
+}
+
+func (o *Options) withDefaults() Options {
+	var v Options
+	if o != nil {
+		v = *o
+	}
+	if v.NodeTimeout <= 0 {
+		v.NodeTimeout = 50 * time.Millisecond
+	}
+	if v.DriftFactor <= 0 {
+		v.DriftFactor = 0.01
+	}
+	if v.MinTTL <= 0 {
+		v.MinTTL = 100 * time.Millisecond
+	}
+	if v.MaxTTL <= 0 {
+		v.MaxTTL = time.Hour
+	}
+	if v.MaxWait <= 0 {
+		v.MaxWait = 5 * time.Minute
+	}
+	if v.MaxWaiters <= 0 {
+		v.MaxWaiters = 10000
+	}
+	if v.Clock == nil {
+		v.Clock = realClock{}
+	}
+	return v
+}
+
+// Redlock grants locks over a fixed set of independent nodes. It is safe for
+// concurrent use. With one node it is a plain single-instance lock.
+type Redlock struct {
+	nodes  []Node
+	quorum int
+	opt    Options
+	waits  *waitRoom
+}
+
+// New returns a Redlock over nodes. It fails with ErrInvalid when there are
+// no nodes or the options contradict each other.
+func New(nodes []Node, opts *Options) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, &InvalidError{Field: "nodes", Reason: "at least one node is needed"}
+	}
+	o := opts.withDefaults()
+	if o.MinTTL > o.MaxTTL {
+		return nil, &InvalidError{Field: "ttl bounds", Reason: fmt.Sprintf("minimum %v is above maximum %v", o.MinTTL, o.MaxTTL)}
+	}
+	if o.NodeTimeout*2 >= o.MinTTL {
+		return nil, &InvalidError{Field: "node timeout", Reason: fmt.Sprintf("%v leaves no validity for the minimum TTL %v; keep it below half of it", o.NodeTimeout, o.MinTTL)}
+	}
+	if o.DriftFactor >= 0.5 {
+		return nil, &InvalidError{Field: "drift factor", Reason: "must be below 0.5"}
+	}
+	r := &Redlock{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opt: o}
+	r.waits = newWaitRoom(r)
+	return r, nil
+}
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (r *Redlock) Quorum() int { return r.quorum }
+
+// Nodes returns the nodes in the order they were given.
+func (r *Redlock) Nodes() []Node { return slices.Clone(r.nodes) }
+
+// Limits returns the effective TTL and wait bounds.
+func (r *Redlock) Limits() (minTTL, maxTTL, maxWait time.Duration) {
+	return r.opt.MinTTL, r.opt.MaxTTL, r.opt.MaxWait
+}
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Resource string
+	// LeaseID is the caller's secret for this lease. Empty: a new one is
+	// minted (192 bits from crypto/rand). If the lease already holds the
+	// lock, Acquire refreshes its TTL and returns its token (an idempotent
+	// retry).
+	LeaseID string
+	TTL     time.Duration
+	// Wait is how long to wait for a lock held by another lease; 0 fails at
+	// once with *TakenError.
+	Wait time.Duration
+	// Owner is a free label shown by Inspect.
+	Owner string
+}
+
+// Lease is a held lock.
+type Lease struct {
+	Resource string
+	ID       string // the lease id: a secret, never log it
+	Token    int64  // the fencing token
+	TTL      time.Duration
+	// Validity is how long the lock is known to be held from the moment the
+	// answer was produced: TTL minus the time spent minus clock drift.
+	Validity time.Duration
+	// Expires is Now()+Validity on the Redlock's clock.
+	Expires time.Time
+	// Reentered is true when the lease already held the lock (an idempotent
+	// retry) and false for a new holder.
+	Reentered bool
+	Owner     string
+}
+
+// ExtendRequest extends a held lock.
+type ExtendRequest struct {
+	Resource string
+	LeaseID  string
+	TTL      time.Duration // 0: the TTL the lock was last set with
+	IfToken  int64         // non-zero: fail with ErrTokenMismatch unless the holder's token is this
+}
+
+// ReleaseRequest releases a held lock.
+type ReleaseRequest struct {
+	Resource string
+	LeaseID  string
+	IfToken  int64 // non-zero: fail with ErrTokenMismatch unless the holder's token is this
+}
+
+// LockInfo describes who holds a lock, without the lease id.
+type LockInfo struct {
+	Resource  string
+	Token     int64
+	Owner     string
+	TTL       time.Duration
+	Remaining time.Duration
+	Expires   time.Time
+}
+
+var (
+	resourcePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
+	leasePattern    = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+)
+
+// ValidResource reports whether name is a valid resource name: 1 to 200
+// characters of A-Z a-z 0-9 . _ - :
+func ValidResource(name string) bool { return resourcePattern.MatchString(name) }
+
+// ValidLeaseID reports whether id is a valid lease id: 16 to 128 characters
+// of A-Z a-z 0-9 - _
+func ValidLeaseID(id string) bool { return leasePattern.MatchString(id) }
+
+// ValidOwner reports whether owner is a valid label: at most 256 printable
+// characters.
+func ValidOwner(owner string) bool {
+	n := 0
+	for _, c := range owner {
+		n++
+		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == 0xfffd {
+			return false
+		}
+	}
+	return n <= 256
+}
+
+// newNotice returns a release notice: a random id that every node announces
+// for one Release call, so waiters count a release once however many nodes
+// announce it.
+func newNotice() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// NewLeaseID returns a fresh lease id: 192 bits from crypto/rand, base64url.
+func NewLeaseID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go ≥1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (r *Redlock) checkResource(name string) error {
+	if !ValidResource(name) {
+		return &InvalidError{Field: "resource", Reason: "must be 1 to 200 characters of A-Z a-z 0-9 . _ - :"}
+	}
+	return nil
+}
+
+func checkLease(id string) error {
+	if !ValidLeaseID(id) {
+		return &InvalidError{Field: "lease_id", Reason: "must be 16 to 128 characters of A-Z a-z 0-9 - _"}
+	}
+	return nil
+}
+
+func (r *Redlock) checkTTL(ttl time.Duration) error {
+	if ttl < r.opt.MinTTL || ttl > r.opt.MaxTTL {
+		return &InvalidError{Field: "ttl_ms", Reason: fmt.Sprintf("must be between %d and %d", r.opt.MinTTL.Milliseconds(), r.opt.MaxTTL.Milliseconds())}
+	}
+	return nil
+}
+
+func (r *Redlock) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*r.opt.DriftFactor) + 2*time.Millisecond
+}
+
+// Acquire takes the lock on req.Resource, waiting up to req.Wait while
+// another lease holds it.
+//
+// Errors: *InvalidError (ErrInvalid); *TakenError (ErrTaken) when another
+// lease holds it after the wait; *QuorumError (ErrNoQuorum) when too few
+// nodes answered; ErrTooManyWaiters; ErrClosed; or an error matching
+// ctx.Err() when ctx ended first.
+func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+	if err := r.checkResource(req.Resource); err != nil {
+		return nil, err
+	}
+	if err := r.checkTTL(req.TTL); err != nil {
+		return nil, err
+	}
+	if req.Wait < 0 || req.Wait > r.opt.MaxWait {
+		return nil, &InvalidError{Field: "wait_ms", Reason: fmt.Sprintf("must be between 0 and %d", r.opt.MaxWait.Milliseconds())}
+	}
+	if !ValidOwner(req.Owner) {
+		return nil, &InvalidError{Field: "owner", Reason: "must be at most 256 printable characters"}
+	}
+	if req.LeaseID == "" {
+		req.LeaseID = NewLeaseID()
+	} else if err := checkLease(req.LeaseID); err != nil {
+		return nil, err
+	}
+	if req.Wait == 0 {
+		return r.tryAcquire(ctx, req)
+	}
+	return r.waits.acquire(ctx, req)
+}
+
+type nodeResult struct {
+	i     int
+	reply NodeReply
+	err   error
+}
+
+// fanout calls fn on every node in parallel, each bounded by NodeTimeout,
+// and returns the results indexed by node.
+func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
+	ch := make(chan nodeResult, len(r.nodes))
+	for i, n := range r.nodes {
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
+			defer cancel()
+			rep, err := fn(cctx, i, n)
+			if err != nil {
+				err = &NodeError{Node: n.String(), Err: err}
+			}
+			ch <- nodeResult{i: i, reply: rep, err: err}
+		}()
+	}
+	out := make([]nodeResult, len(r.nodes))
+	for range r.nodes {
+		res := <-ch
+		out[res.i] = res
+	}
+	return out
+}
+
+// tally counts node results by outcome.
+type tally struct {
+	ok, taken, absent int
+	maxPTTL           time.Duration
+	maxToken          int64
+	causes            []error
+}
+
+func count(results []nodeResult, okStatus ...NodeStatus) tally {
+	var t tally
+	for _, res := range results {
+		switch {
+		case res.err != nil:
+			t.causes = append(t.causes, res.err)
+		case slices.Contains(okStatus, res.reply.Status):
+			t.ok++
+			t.maxToken = max(t.maxToken, res.reply.Token)
+		case res.reply.Status == StatusTaken:
+			t.taken++
+			t.maxPTTL = max(t.maxPTTL, res.reply.PTTL)
+		default:
+			t.absent++
+		}
+	}
+	return t
+}
+
+func (t tally) answered() int { return t.ok + t.taken + t.absent }
+
+// tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
+func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+	start := r.opt.Clock.Now()
+	na := NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner}
+	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
+	t := count(results, StatusGranted, StatusReentered)
+	reentered := slices.ContainsFunc(results, func(res nodeResult) bool {
+		return res.err == nil && res.reply.Status == StatusReentered
+	})
+
+	fail := func(err error) (*Lease, error) {
+		r.undoAcquire(ctx, req, results, reentered)
+		if ctx.Err() != nil {
+			return nil, errors.Join(ctx.Err(), err)
+		}
+		return nil, err
+	}
+
+	if t.ok < r.quorum {
+		switch {
+		case t.answered() < r.quorum:
+			return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
+		default:
+			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.maxPTTL})
+		}
+	}
+	if t.maxToken <= 0 || t.maxToken > MaxToken {
+		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(),
+			Causes: []error{fmt.Errorf("lockcore: fencing counter out of range: %d", t.maxToken)}})
+	}
+	if err := r.fence(ctx, req.Resource, req.LeaseID, t.maxToken, results); err != nil {
+		return fail(err)
+	}
+	now := r.opt.Clock.Now()
+	validity := req.TTL - now.Sub(start) - r.drift(req.TTL)
+	if validity <= 0 {
+		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}})
+	}
+	return &Lease{
+		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
+		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner,
+	}, nil
+}
+
+// fence makes sure a majority of nodes hold a fencing counter ≥ token (see
+// the package doc for why). Nodes that returned token already do; the others
+// are raised only when those are fewer than a quorum.
+func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64, results []nodeResult) error {
+	have := 0
+	for _, res := range results {
+		if res.err == nil && res.reply.Token == token && (res.reply.Status == StatusGranted || res.reply.Status == StatusReentered) {
+			have++
+		}
+	}
+	if have >= r.quorum {
+		return nil
+	}
+	raised := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+		return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, lease, token)
+	})
+	ok := 0
+	var causes []error
+	for _, res := range raised {
+		if res.err != nil {
+			causes = append(causes, res.err)
+		} else {
+			ok++
+		}
+	}
+	if ok < r.quorum {
+		return &QuorumError{Op: "fence", Needed: r.quorum, Answered: ok, Causes: causes}
+	}
+	return nil
+}
+
+// undoAcquire releases what a failed attempt may have taken. A node that
+// timed out may have granted the lock without our hearing it, so it is
+// released too, unless this was a retry by a lease that already held the
+// lock somewhere: then the lease keeps what it had, and the fresh grants
+// expire with the TTL.
+func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool) {
+	if reentered {
+		return
+	}
+	need := false
+	for _, res := range results {
+		if res.err != nil || res.reply.Status == StatusGranted {
+			need = true
+		}
+	}
+	if !need {
+		return
+	}
+	// The caller's context may be what ended the attempt; the undo must run.
+	uctx := context.WithoutCancel(ctx)
+	notice := newNotice()
+	results = r.fanout(uctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+		return n.Release(ctx, req.Resource, req.LeaseID, notice)
+	})
+	if count(results, StatusOK).ok > 0 {
+		r.waits.announce(req.Resource, notice)
+	}
+}
+
+// Extend resets a held lock's TTL on a majority of nodes.
+//
+// Errors: *InvalidError; ErrTokenMismatch; ErrNotHeld; *HeldByOtherError
+// (ErrHeldByOther); *QuorumError (ErrNoQuorum); or an error matching
+// ctx.Err().
+func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error) {
+	if err := r.checkResource(req.Resource); err != nil {
+		return nil, err
+	}
+	if err := checkLease(req.LeaseID); err != nil {
+		return nil, err
+	}
+	if req.TTL != 0 {
+		if err := r.checkTTL(req.TTL); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
+		return nil, err
+	}
+	start := r.opt.Clock.Now()
+	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL)
+	})
+	t := count(results, StatusOK)
+	if err := r.verdict("extend", req.Resource, t); err != nil {
+		return nil, withCtx(ctx, err)
+	}
+	ttl := req.TTL
+	if ttl == 0 {
+		for _, res := range results {
+			if res.err == nil && res.reply.Status == StatusOK {
+				ttl = max(ttl, res.reply.TTL)
+			}
+		}
+	}
+	now := r.opt.Clock.Now()
+	validity := ttl - now.Sub(start) - r.drift(ttl)
+	if validity <= 0 {
+		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
+	}
+	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: ttl,
+		Validity: validity, Expires: now.Add(validity), Reentered: true}, nil
+}
+
+// Release frees a held lock on every node and wakes this replica's waiters.
+//
+// Errors: *InvalidError; ErrTokenMismatch; ErrNotHeld; *HeldByOtherError
+// (ErrHeldByOther); *QuorumError (ErrNoQuorum) when too few nodes answered
+// to be sure the lease no longer holds a majority (retrying is safe); or an
+// error matching ctx.Err().
+func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
+	if err := r.checkResource(req.Resource); err != nil {
+		return err
+	}
+	if err := checkLease(req.LeaseID); err != nil {
+		return err
+	}
+	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
+		return err
+	}
+	notice := newNotice()
+	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+		return n.Release(ctx, req.Resource, req.LeaseID, notice)
+	})
+	t := count(results, StatusOK)
+	if t.ok > 0 {
+		r.waits.announce(req.Resource, notice)
+	}
+	if err := r.verdict("release", req.Resource, t); err != nil {
+		return withCtx(ctx, err)
+	}
+	return nil
+}
+
+// verdict turns an extend or release tally into nil or the error to return.
+func (r *Redlock) verdict(op, resource string, t tally) error {
+	switch {
+	case t.ok >= r.quorum:
+		return nil
+	case t.answered() < r.quorum:
+		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
+	case t.taken > 0:
+		return &HeldByOtherError{Resource: resource, RetryAfter: t.maxPTTL}
+	default:
+		return ErrNotHeld
+	}
+}
+
+func withCtx(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(ctx.Err(), err)
+	}
+	return err
+}
+
+func (r *Redlock) checkIfToken(ctx context.Context, resource string, want int64) error {
+	if want == 0 {
+		return nil
+	}
+	info, err := r.Inspect(ctx, resource)
+	if err != nil {
+		return err
+	}
+	if info.Token != want {
+		return ErrTokenMismatch
+	}
+	return nil
+}
+
+// Inspect reports who holds the lock: the lease that holds it on a majority
+// of nodes. The lease id is not reported.
+//
+// Errors: *InvalidError; ErrNotHeld; *QuorumError (ErrNoQuorum); or an error
+// matching ctx.Err().
+func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, error) {
+	if err := r.checkResource(resource); err != nil {
+		return nil, err
+	}
+	start := r.opt.Clock.Now()
+	locks := make([]NodeLock, len(r.nodes))
+	results := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+		l, err := n.Inspect(ctx, resource)
+		locks[i] = l
+		return NodeReply{}, err
+	})
+	var causes []error
+	byLease := map[string][]NodeLock{}
+	for i, res := range results {
+		if res.err != nil {
+			causes = append(causes, res.err)
+			continue
+		}
+		if l := locks[i]; l.Found {
+			byLease[l.Lease] = append(byLease[l.Lease], l)
+		}
+	}
+	if answered := len(r.nodes) - len(causes); answered < r.quorum {
+		return nil, withCtx(ctx, &QuorumError{Op: "inspect", Needed: r.quorum, Answered: answered, Causes: causes})
+	}
+	for _, held := range byLease {
+		if len(held) < r.quorum {
+			continue
+		}
+		// The lock stands while a quorum of nodes still holds it: the
+		// quorum-th longest remaining TTL, less the drift allowance.
+		slices.SortFunc(held, func(a, b NodeLock) int { return int(b.Remaining - a.Remaining) })
+		info := &LockInfo{Resource: resource}
+		for _, l := range held {
+			info.Token = max(info.Token, l.Token)
+			info.TTL = max(info.TTL, l.TTL)
+			if info.Owner == "" {
+				info.Owner = l.Owner
+			}
+		}
+		now := r.opt.Clock.Now()
+		info.Remaining = max(0, held[r.quorum-1].Remaining-now.Sub(start)-r.drift(info.TTL))
+		info.Expires = now.Add(info.Remaining)
+		return info, nil
+	}
+	return nil, ErrNotHeld
+}
+
+// Ready returns nil when a quorum of nodes answers PING, or a *QuorumError.
+func (r *Redlock) Ready(ctx context.Context) error {
+	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return NodeReply{}, n.Ping(ctx) })
+	var causes []error
+	for _, res := range results {
+		if res.err != nil {
+			causes = append(causes, res.err)
+		}
+	}
+	if ok := len(r.nodes) - len(causes); ok < r.quorum {
+		return &QuorumError{Op: "ping", Needed: r.quorum, Answered: ok, Causes: causes}
+	}
+	return nil
+}
+
+// Close ends every wait in progress with ErrClosed. Later Acquire calls with
+// a wait fail with ErrClosed; other calls still work.
+func (r *Redlock) Close() { r.waits.close() }
