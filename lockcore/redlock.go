@@ -90,8 +90,8 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	if o.MinTTL > o.MaxTTL {
 		return nil, &InvalidError{Field: "ttl bounds", Reason: fmt.Sprintf("minimum %v is above maximum %v", o.MinTTL, o.MaxTTL)}
 	}
-	if o.NodeTimeout*2 >= o.MinTTL {
-		return nil, &InvalidError{Field: "node timeout", Reason: fmt.Sprintf("%v leaves no validity for the minimum TTL %v; keep it below half of it", o.NodeTimeout, o.MinTTL)}
+	if o.NodeTimeout*2 > o.MinTTL {
+		return nil, &InvalidError{Field: "node timeout", Reason: fmt.Sprintf("%v leaves too little validity for the minimum TTL %v; keep it at most half of it", o.NodeTimeout, o.MinTTL)}
 	}
 	if o.DriftFactor >= 0.5 {
 		return nil, &InvalidError{Field: "drift factor", Reason: "must be below 0.5"}

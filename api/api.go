@@ -1,0 +1,102 @@
+// Package api is the wire contract of lockgate's HTTP API: the request and
+// response bodies of openapi.yaml, its problem types and its header names, for
+// the gateway's handlers and for Go clients. It has no behaviour.
+package api
+
+import "time"
+
+// Header names of the contract.
+const (
+	HeaderLeaseID      = "Lease-Id"
+	HeaderFencingToken = "Fencing-Token"
+	HeaderRetryAfter   = "Retry-After"
+	HeaderIfMatch      = "If-Match"
+	HeaderETag         = "ETag"
+)
+
+// Media types.
+const (
+	MediaJSON    = "application/json"
+	MediaProblem = "application/problem+json"
+)
+
+// Defaults of the contract.
+const (
+	DefaultTTLms = 30000
+	MaxWaitMs    = 300000
+)
+
+// AcquireRequest is the optional body of PUT /locks/{resource}. Absent fields
+// take their defaults: ttl_ms 30000, wait_ms 0, owner "".
+type AcquireRequest struct {
+	TTLms  *int64  `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+	WaitMs *int64  `json:"wait_ms,omitempty" validate:"omitempty,min=0,max=300000"`
+	Owner  *string `json:"owner,omitempty" validate:"omitempty,max=256,printable"`
+}
+
+// ExtendRequest is the optional body of PATCH /locks/{resource}. Without
+// ttl_ms the lock is extended by the TTL it was taken with.
+type ExtendRequest struct {
+	TTLms *int64 `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+}
+
+// Lease is the body of 201 and 200 answers to PUT and PATCH.
+type Lease struct {
+	Resource     string `json:"resource"`
+	LeaseID      string `json:"lease_id"`
+	FencingToken int64  `json:"fencing_token"`
+	TTLms        int64  `json:"ttl_ms"`
+	// ValidityMs is how long the lock is known to be held, counted from
+	// when the client sent its request: TTL minus time spent minus drift.
+	ValidityMs int64     `json:"validity_ms"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// LockInfo is the body of GET /locks/{resource}. It never has the lease id.
+type LockInfo struct {
+	Resource     string    `json:"resource"`
+	FencingToken int64     `json:"fencing_token"`
+	Owner        string    `json:"owner"`
+	TTLms        int64     `json:"ttl_ms"`
+	ExpiresAt    time.Time `json:"expires_at"`
+}
+
+// Health is the body of /healthz and /readyz.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// Problem is an RFC 9457 problem details body with lockgate's extension
+// members.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault (400).
+	Field string `json:"field,omitempty"`
+	// RetryAfterMs is the holder's remaining TTL (409) or a suggested wait.
+	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
+	// Nodes lists per-node causes when no quorum answered (503).
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// Problem types: the "type" member of each problem lockgate answers with.
+const (
+	ProblemInvalid          = "urn:lockgate:problem:invalid-request"
+	ProblemTooLarge         = "urn:lockgate:problem:body-too-large"
+	ProblemMediaType        = "urn:lockgate:problem:unsupported-media-type"
+	ProblemTaken            = "urn:lockgate:problem:lock-taken"
+	ProblemHeldByOther      = "urn:lockgate:problem:held-by-another-lease"
+	ProblemNotHeld          = "urn:lockgate:problem:lock-not-held"
+	ProblemTokenMismatch    = "urn:lockgate:problem:fencing-token-mismatch"
+	ProblemNoQuorum         = "urn:lockgate:problem:no-quorum"
+	ProblemTooManyWaiters   = "urn:lockgate:problem:too-many-waiters"
+	ProblemShuttingDown     = "urn:lockgate:problem:shutting-down"
+	ProblemNotFound         = "urn:lockgate:problem:not-found"
+	ProblemMethodNotAllowed = "urn:lockgate:problem:method-not-allowed"
+	ProblemUnauthorized     = "urn:lockgate:problem:unauthorized"
+	ProblemForbidden        = "urn:lockgate:problem:forbidden"
+	ProblemInternal         = "urn:lockgate:problem:internal"
+)

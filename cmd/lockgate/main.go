@@ -1,0 +1,131 @@
+// Command lockgate is the lock gateway: an HTTP API for distributed locks
+// with fencing tokens, running Redlock over independent Redis masters, or an
+// embedded in-memory store when no Redis is configured.
+//
+//	go run ./cmd/lockgate                       # embedded store on 127.0.0.1:8080
+//	go run ./cmd/lockgate -redis redis://127.0.0.1:6379,redis://127.0.0.1:6380,redis://127.0.0.1:6381
+//
+// Run with -h for every setting; each has a LOCKGATE_* environment variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "lockgate:", err)
+		os.Exit(2)
+	}
+}
+
+// run starts the gateway and serves until ctx ends, then shuts down
+// gracefully: waits end with 503, requests in flight finish. ready, if not
+// nil, is called with the listening address.
+func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string)) error {
+	cfg, err := parseConfig(args, getenv, logOut)
+	if err != nil {
+		return err
+	}
+	level, _ := zerolog.ParseLevel(cfg.LogLevel)
+	log := zerolog.New(logOut).Level(level).With().Timestamp().Str("service", "lockgate").Logger()
+
+	nodes, closeNodes, err := openNodes(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeNodes()
+	locker, err := lockcore.New(nodes, &lockcore.Options{
+		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
+		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
+	})
+	if err != nil {
+		return err
+	}
+	h, err := handlers.New(locker, &handlers.Options{Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("bad setting -addr (LOCKGATE_ADDR=%q): %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	log.Info().Str("addr", ln.Addr().String()).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
+		Dur("node_timeout", cfg.NodeTimeout).Dur("min_ttl", cfg.MinTTL).Dur("max_ttl", cfg.MaxTTL).
+		Dur("max_wait", cfg.MaxWait).Msg("lockgate listening")
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down: ending waits, finishing requests in flight")
+	locker.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// openNodes returns one node per Redis URL, or the embedded in-memory node.
+func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error) {
+	if len(cfg.Redis) == 0 {
+		log.Warn().Msg("no Redis configured (-redis / LOCKGATE_REDIS): using the embedded in-memory lock store; " +
+			"locks and fencing counters live in this process only and are lost when it exits")
+		return []lockcore.Node{memnode.New(&memnode.Options{Name: "embedded"})}, func() {}, nil
+	}
+	var nodes []lockcore.Node
+	var rn []*redisnode.Node
+	closeAll := func() {
+		for _, n := range rn {
+			_ = n.Close()
+		}
+	}
+	for _, u := range cfg.Redis {
+		n, err := redisnode.New(u)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("bad setting -redis (LOCKGATE_REDIS): %s: %w", redactURL(u), err)
+		}
+		nodes = append(nodes, n)
+		rn = append(rn, n)
+	}
+	if len(nodes)%2 == 0 {
+		log.Warn().Int("nodes", len(nodes)).Msgf("an even number of Redis nodes tolerates no more failures than %d nodes "+
+			"(a majority of %d needs %d): add or remove one", len(nodes)-1, len(nodes), len(nodes)/2+1)
+	}
+	log.Info().Int("nodes", len(nodes)).Int("quorum", len(nodes)/2+1).Msg("Redlock over independent Redis masters")
+	return nodes, closeAll, nil
+}

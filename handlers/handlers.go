@@ -1,0 +1,103 @@
+// Package handlers adapts lockcore to HTTP: the chi router, middleware and
+// thin handlers of the lockgate API described in openapi.yaml. It knows
+// nothing of Redis; the lock service is the small Locker interface below.
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-playground/validator/v10"
+	"github.com/rs/zerolog"
+
+	lockgate "github.com/lockgate/lockgate"
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Locker is what the handlers need of the lock service (*lockcore.Redlock).
+type Locker interface {
+	Acquire(ctx context.Context, req lockcore.AcquireRequest) (*lockcore.Lease, error)
+	Extend(ctx context.Context, req lockcore.ExtendRequest) (*lockcore.Lease, error)
+	Release(ctx context.Context, req lockcore.ReleaseRequest) error
+	Inspect(ctx context.Context, resource string) (*lockcore.LockInfo, error)
+	Ready(ctx context.Context) error
+}
+
+// Options tune the HTTP layer. A nil *Options means the defaults.
+type Options struct {
+	// Logger receives one access log line per request. Default: no logs.
+	Logger *zerolog.Logger
+	// BodyLimit bounds request bodies; larger ones get 413. Default 16 KiB.
+	BodyLimit int64
+	// DefaultTTL is the TTL of a PUT without ttl_ms. Default 30s.
+	DefaultTTL time.Duration
+	// ReadyTimeout bounds the node PINGs of /readyz. Default 1s.
+	ReadyTimeout time.Duration
+	// Middleware runs after logging and recovery and before validation and
+	// the routes (e.g. authentication, metrics). Optional.
+	Middleware []func(http.Handler) http.Handler
+}
+
+type server struct {
+	locker   Locker
+	opt      Options
+	validate *validator.Validate
+}
+
+// New returns the lockgate HTTP API in front of locker. Every request is
+// validated against openapi.yaml before it reaches a handler; every error is
+// an RFC 9457 problem. New fails only if the embedded OpenAPI document is
+// invalid.
+func New(locker Locker, opts *Options) (http.Handler, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		nop := zerolog.Nop()
+		o.Logger = &nop
+	}
+	if o.BodyLimit <= 0 {
+		o.BodyLimit = 16 << 10
+	}
+	if o.DefaultTTL <= 0 {
+		o.DefaultTTL = 30 * time.Second
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = time.Second
+	}
+	contract, err := newContract(lockgate.OpenAPI)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{locker: locker, opt: o, validate: newValidator()}
+
+	r := chi.NewRouter()
+	r.Use(withRequestInfo, accessLog(*o.Logger), recoverer)
+	r.Use(o.Middleware...)
+	r.Use(contract.enforce(o.BodyLimit))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, r, http.StatusNotFound, apiNotFound, "no such route: "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem(w, r, http.StatusMethodNotAllowed, apiMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", serveSpec)
+	r.Route("/locks/{resource}", func(r chi.Router) {
+		r.Put("/", s.acquire)
+		r.Patch("/", s.extend)
+		r.Delete("/", s.release)
+		r.Get("/", s.inspect)
+	})
+	return r, nil
+}
+
+func serveSpec(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(lockgate.OpenAPI)
+}

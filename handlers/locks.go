@@ -1,0 +1,132 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// acquire handles PUT /locks/{resource}.
+func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
+	var body api.AcquireRequest
+	if !s.decode(w, r, &body) {
+		return
+	}
+	req := lockcore.AcquireRequest{
+		Resource: resourceParam(r),
+		LeaseID:  r.Header.Get(api.HeaderLeaseID),
+		TTL:      s.opt.DefaultTTL,
+	}
+	if body.TTLms != nil {
+		req.TTL = time.Duration(*body.TTLms) * time.Millisecond
+	}
+	if body.WaitMs != nil {
+		req.Wait = time.Duration(*body.WaitMs) * time.Millisecond
+	}
+	if body.Owner != nil {
+		req.Owner = *body.Owner
+	}
+	lease, err := s.locker.Acquire(r.Context(), req)
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	status, outcome := http.StatusCreated, "acquired"
+	if lease.Reentered {
+		status, outcome = http.StatusOK, "reentered"
+	} else {
+		w.Header().Set("Location", "/locks/"+lease.Resource)
+	}
+	setOutcome(r, outcome)
+	writeLease(w, status, lease)
+}
+
+// extend handles PATCH /locks/{resource}.
+func (s *server) extend(w http.ResponseWriter, r *http.Request) {
+	var body api.ExtendRequest
+	if !s.decode(w, r, &body) {
+		return
+	}
+	req := lockcore.ExtendRequest{Resource: resourceParam(r), LeaseID: r.Header.Get(api.HeaderLeaseID), IfToken: ifMatch(r)}
+	if body.TTLms != nil {
+		req.TTL = time.Duration(*body.TTLms) * time.Millisecond
+	}
+	lease, err := s.locker.Extend(r.Context(), req)
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	setOutcome(r, "extended")
+	writeLease(w, http.StatusOK, lease)
+}
+
+// release handles DELETE /locks/{resource}.
+func (s *server) release(w http.ResponseWriter, r *http.Request) {
+	req := lockcore.ReleaseRequest{Resource: resourceParam(r), LeaseID: r.Header.Get(api.HeaderLeaseID), IfToken: ifMatch(r)}
+	if err := s.locker.Release(r.Context(), req); err != nil {
+		fail(w, r, err)
+		return
+	}
+	setOutcome(r, "released")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// inspect handles GET /locks/{resource}.
+func (s *server) inspect(w http.ResponseWriter, r *http.Request) {
+	info, err := s.locker.Inspect(r.Context(), resourceParam(r))
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	setOutcome(r, "held")
+	w.Header().Set(api.HeaderETag, etag(info.Token))
+	writeJSON(w, http.StatusOK, api.LockInfo{
+		Resource: info.Resource, FencingToken: info.Token, Owner: info.Owner,
+		TTLms: info.TTL.Milliseconds(), ExpiresAt: info.Expires.UTC(),
+	})
+}
+
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.opt.ReadyTimeout)
+	defer cancel()
+	if err := s.locker.Ready(ctx); err != nil {
+		fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: "ready"})
+}
+
+func resourceParam(r *http.Request) string { return chi.URLParam(r, "resource") }
+
+// ifMatch returns the fencing token of an If-Match header ("42"), or 0. The
+// contract middleware has already checked its form.
+func ifMatch(r *http.Request) int64 {
+	v := strings.Trim(r.Header.Get(api.HeaderIfMatch), `"`)
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+func etag(token int64) string { return `"` + strconv.FormatInt(token, 10) + `"` }
+
+func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease) {
+	h := w.Header()
+	h.Set(api.HeaderLeaseID, l.ID)
+	h.Set(api.HeaderFencingToken, strconv.FormatInt(l.Token, 10))
+	h.Set(api.HeaderETag, etag(l.Token))
+	h.Set("Cache-Control", "no-store")
+	writeJSON(w, status, api.Lease{
+		Resource: l.Resource, LeaseID: l.ID, FencingToken: l.Token,
+		TTLms: l.TTL.Milliseconds(), ValidityMs: max(1, l.Validity.Milliseconds()), ExpiresAt: l.Expires.UTC(),
+	})
+}
