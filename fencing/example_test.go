@@ -58,9 +58,9 @@ func ExampleMiddleware() {
 	// token "5": 204
 	// token "7": 204
 	// token "5": 409
-	//   application/problem+json {"type":"https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#stale-fencing-token","title":"Stale fencing token","status":409,"detail":"token 5 for resource \"reports\" is lower than token 7, which was already admitted; the lock has passed to a newer holder","resource":"reports","token":5,"highest_token":7}
+	//   application/problem+json {"type":"urn:lockgate:problem:stale-fencing-token","title":"Stale fencing token","status":409,"detail":"token 5 for resource \"reports\" is lower than token 7, which was already admitted; the lock has passed to a newer holder","resource":"reports","token":5,"highest_token":7}
 	// token "": 400
-	//   application/problem+json {"type":"https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#missing-fencing-token","title":"Missing fencing token","status":400,"detail":"writes need a Fencing-Token header with the token of the lock grant"}
+	//   application/problem+json {"type":"urn:lockgate:problem:missing-fencing-token","title":"Missing fencing token","status":400,"detail":"writes need a Fencing-Token header with the token of the lock grant"}
 	// stored: "final by client 2" by token 7
 }
 

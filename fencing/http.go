@@ -21,15 +21,15 @@ const (
 // at the section of docs/fencing.md that explains it.
 const (
 	// ProblemStaleToken is the type of the 409 for a *StaleTokenError.
-	ProblemStaleToken = "https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#stale-fencing-token"
+	ProblemStaleToken = "urn:lockgate:problem:stale-fencing-token"
 	// ProblemInvalidToken is the type of the 400 for ErrInvalidToken.
-	ProblemInvalidToken = "https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#invalid-fencing-token"
+	ProblemInvalidToken = "urn:lockgate:problem:invalid-fencing-token"
 	// ProblemMissingToken is the type of the 400 for ErrMissingToken.
-	ProblemMissingToken = "https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#missing-fencing-token"
+	ProblemMissingToken = "urn:lockgate:problem:missing-fencing-token"
 	// ProblemInvalidResource is the type of the 400 for ErrInvalidResource.
-	ProblemInvalidResource = "https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#invalid-fencing-resource"
+	ProblemInvalidResource = "urn:lockgate:problem:invalid-fencing-resource"
 	// ProblemInvalidKey is the type of the 400 for ErrInvalidKey.
-	ProblemInvalidKey = "https://github.com/lockgate/lockgate/blob/main/docs/fencing.md#invalid-key"
+	ProblemInvalidKey = "urn:lockgate:problem:invalid-key"
 )
 
 type ctxKey int
