@@ -38,6 +38,16 @@ type Options struct {
 	// Middleware runs after logging and recovery and before validation and
 	// the routes (e.g. authentication, metrics). Optional.
 	Middleware []func(http.Handler) http.Handler
+	// OnRequest, if set, is called once per request after the answer is
+	// written, with the operation (see Operation), the outcome the access
+	// log records ("acquired", "taken", "timed_out", "bad_request", ...;
+	// "unauthorized" or "forbidden" for a 401 or 403 written by a
+	// Middleware; "" when none was recorded, as for /healthz), the status,
+	// and the time taken. It must not block.
+	OnRequest func(op, outcome string, status int, d time.Duration)
+	// Metrics, if set, is served at GET /metrics (e.g. promhttp). It sits
+	// behind the same logging and Middleware as every route.
+	Metrics http.Handler
 }
 
 type server struct {
@@ -76,6 +86,9 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	r.Use(withRequestInfo, accessLog(*o.Logger), recoverer)
+	if o.OnRequest != nil {
+		r.Use(observe(o.OnRequest))
+	}
 	r.Use(o.Middleware...)
 	r.Use(contract.enforce(o.BodyLimit))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -88,6 +101,9 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", serveSpec)
+	if o.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", o.Metrics)
+	}
 	r.Route("/locks/{resource}", func(r chi.Router) {
 		r.Put("/", s.acquire)
 		r.Patch("/", s.extend)

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 	lease, err := s.locker.Acquire(r.Context(), req)
 	if err != nil {
 		fail(w, r, err)
+		if req.Wait > 0 && errors.Is(err, lockcore.ErrTaken) {
+			setOutcome(r, "timed_out") // the wait ran out: counted apart from an immediate 409
+		}
 		return
 	}
 	status, outcome := http.StatusCreated, "acquired"

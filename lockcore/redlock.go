@@ -40,6 +40,9 @@ type Options struct {
 	MaxWaiters int
 	// Clock is the time source. Default: the real clock.
 	Clock Clock
+	// Observer is told of node calls, quorum failures and fencing
+	// write-backs, for metrics. Default: nobody.
+	Observer Observer
 }
 
 func (o *Options) withDefaults() Options {
@@ -68,6 +71,9 @@ func (o *Options) withDefaults() Options {
 	if v.Clock == nil {
 		v.Clock = realClock{}
 	}
+	if v.Observer == nil {
+		v.Observer = nopObserver{}
+	}
 	return v
 }
 
@@ -78,6 +84,7 @@ type Redlock struct {
 	quorum int
 	opt    Options
 	waits  *waitRoom
+	calls  []Node // nodes as fanout calls them: reported to opt.Observer
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -98,6 +105,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	}
 	r := &Redlock{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opt: o}
 	r.waits = newWaitRoom(r)
+	r.calls = observeNodes(r.nodes, o.Observer)
 	return r, nil
 }
 
@@ -263,7 +271,7 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 		return nil, err
 	}
 	if req.Wait == 0 {
-		return r.tryAcquire(ctx, req)
+		return r.tryAcquire(ctx, req, newNotice())
 	}
 	return r.waits.acquire(ctx, req)
 }
@@ -278,7 +286,7 @@ type nodeResult struct {
 // and returns the results indexed by node.
 func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
 	ch := make(chan nodeResult, len(r.nodes))
-	for i, n := range r.nodes {
+	for i, n := range r.calls {
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
 			defer cancel()
@@ -327,7 +335,8 @@ func count(results []nodeResult, okStatus ...NodeStatus) tally {
 func (t tally) answered() int { return t.ok + t.taken + t.absent }
 
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
-func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+// The undo, if any, announces undoNotice (see waitRoom.acquire).
+func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest, undoNotice string) (*Lease, error) {
 	start := r.opt.Clock.Now()
 	na := NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner}
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
@@ -337,7 +346,8 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, e
 	})
 
 	fail := func(err error) (*Lease, error) {
-		r.undoAcquire(ctx, req, results, reentered)
+		r.quorumFailed(err)
+		r.undoAcquire(ctx, req, results, reentered, undoNotice)
 		if ctx.Err() != nil {
 			return nil, errors.Join(ctx.Err(), err)
 		}
@@ -383,6 +393,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 	if have >= r.quorum {
 		return nil
 	}
+	r.opt.Observer.Fenced()
 	raised := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, lease, token)
 	})
@@ -406,7 +417,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 // released too, unless this was a retry by a lease that already held the
 // lock somewhere: then the lease keeps what it had, and the fresh grants
 // expire with the TTL.
-func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool) {
+func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool, notice string) {
 	if reentered {
 		return
 	}
@@ -421,7 +432,6 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 	}
 	// The caller's context may be what ended the attempt; the undo must run.
 	uctx := context.WithoutCancel(ctx)
-	notice := newNotice()
 	results = r.fanout(uctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return n.Release(ctx, req.Resource, req.LeaseID, notice)
 	})
@@ -469,6 +479,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	now := r.opt.Clock.Now()
 	validity := ttl - now.Sub(start) - r.drift(ttl)
 	if validity <= 0 {
+		r.opt.Observer.QuorumFailed("extend")
 		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
 	}
 	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: ttl,
@@ -511,6 +522,7 @@ func (r *Redlock) verdict(op, resource string, t tally) error {
 	case t.ok >= r.quorum:
 		return nil
 	case t.answered() < r.quorum:
+		r.opt.Observer.QuorumFailed(op)
 		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
 	case t.taken > 0:
 		return &HeldByOtherError{Resource: resource, RetryAfter: t.maxPTTL}
@@ -568,6 +580,7 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 		}
 	}
 	if answered := len(r.nodes) - len(causes); answered < r.quorum {
+		r.opt.Observer.QuorumFailed("inspect")
 		return nil, withCtx(ctx, &QuorumError{Op: "inspect", Needed: r.quorum, Answered: answered, Causes: causes})
 	}
 	for _, held := range byLease {
@@ -603,6 +616,7 @@ func (r *Redlock) Ready(ctx context.Context) error {
 		}
 	}
 	if ok := len(r.nodes) - len(causes); ok < r.quorum {
+		r.opt.Observer.QuorumFailed("ping")
 		return &QuorumError{Op: "ping", Needed: r.quorum, Answered: ok, Causes: causes}
 	}
 	return nil

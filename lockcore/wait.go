@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -23,7 +24,11 @@ import (
 // between a failed attempt and the subscription cannot be missed; the
 // subscription ends when the queue empties. Each release carries a random
 // notice announced by every node it was released on, so it wakes the head
-// once, not once per node.
+// once, not once per node; once per attempt, rather: a release still under
+// way on other nodes when the head tries must wake it again. The undo of the
+// head's own failed attempt wakes nobody in its queue. After a failed
+// attempt the head pauses a few random milliseconds, so that heads on
+// different replicas, which hear each other's undos, do not retry in a loop.
 //
 // A new Acquire that waits joins the tail of a non-empty queue without trying
 // first, so the releaser of a lock that others wait for cannot take it back
@@ -46,6 +51,8 @@ type waitQueue struct {
 	ready    chan struct{} // closed once the subscriptions are in place
 	seen     [8]string     // recent notices, to count each release once
 	next     int
+	own      [8]string // notices of the head's own failed attempts' undos
+	nextOwn  int
 }
 
 type waiter struct {
@@ -172,6 +179,11 @@ func (wr *waitRoom) announce(resource, notice string) {
 	if q == nil {
 		return
 	}
+	for _, s := range q.own {
+		if s == notice {
+			return // an undo of our own attempt, not a release
+		}
+	}
 	for _, s := range q.seen {
 		if s == notice {
 			return
@@ -219,10 +231,21 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	defer timer.Stop()
 	for attempt := true; ; {
 		if attempt && wr.isHead(q, el) {
+			// If the attempt fails, its undo announces notice: that is not
+			// the holder's release and must not wake this waiter, or it
+			// would retry in a loop while the lock is held (on a quorum,
+			// with a free minority that each attempt takes and undoes).
+			notice := newNotice()
 			wr.mu.Lock()
 			me.released = false
+			q.own[q.nextOwn] = notice
+			q.nextOwn = (q.nextOwn + 1) % len(q.own)
+			// A release that woke this waiter may still be under way on
+			// other nodes, which this attempt may find held: their
+			// announcements of it must wake the waiter again.
+			clear(q.seen[:])
 			wr.mu.Unlock()
-			lease, err := wr.r.tryAcquire(ctx, req)
+			lease, err := wr.r.tryAcquire(ctx, req, notice)
 			switch {
 			case err == nil:
 				if ctx.Err() != nil {
@@ -243,6 +266,13 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 				// set and a wake-up pending: the next round tries again.
 				me.retryAt = clock.Now().Add(wait + time.Millisecond)
 				wr.mu.Unlock()
+				// Heads on other replicas hear this attempt's undo and try
+				// at once, and this one hears theirs: pause a random moment
+				// before trying again, so that they do not take and undo
+				// the free nodes in a tight loop (and split votes clear).
+				if err := wr.pause(ctx, retryPause+rand.N(retryPause*4)); err != nil {
+					return nil, err
+				}
 			default:
 				return nil, err
 			}
@@ -276,6 +306,24 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		attempt = me.released || (!me.retryAt.IsZero() && !clock.Now().Before(me.retryAt))
 		me.released = false
 		wr.mu.Unlock()
+	}
+}
+
+// retryPause is the shortest pause of a waiter between a failed attempt and
+// the next; a random share of up to 4 times as much is added.
+const retryPause = 5 * time.Millisecond
+
+// pause sleeps for d unless ctx ends or the room closes.
+func (wr *waitRoom) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wr.closing:
+		return ErrClosed
 	}
 }
 

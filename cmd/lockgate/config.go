@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockgate/lockgate/auth"
 )
 
 // config is the gateway's configuration. Every setting has a flag and a
@@ -25,6 +27,18 @@ type config struct {
 	MaxWaiters  int
 	BodyLimit   int64
 	LogLevel    string
+	AuthFile    string
+
+	// tokens is the loaded -auth-file, nil when access control is off.
+	tokens *auth.Policy
+	// effective lists every setting's value (passwords masked) and where it
+	// came from, in the order of settings, for the startup log line.
+	effective []effective
+}
+
+// effective is one setting as the gateway runs with it.
+type effective struct {
+	flag, value, source string // source: "flag", "env" or "default"
 }
 
 // setting is one configuration item: its flag, its environment variable,
@@ -116,6 +130,18 @@ var settings = []setting{
 		}
 		return fmt.Errorf("must be debug, info, warn or error")
 	}},
+	{"auth-file", "LOCKGATE_AUTH_FILE", "", "file of bearer tokens, each allowed some methods on some resource-name prefixes (format: docs/operations.md); empty: no access control", func(c *config, v string) error {
+		c.AuthFile, c.tokens = v, nil
+		if v == "" {
+			return nil
+		}
+		p, err := auth.Load(v)
+		if err != nil {
+			return err
+		}
+		c.tokens = p
+		return nil
+	}},
 }
 
 // configError names the setting at fault.
@@ -147,37 +173,60 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*c
 
 	c := &config{}
 	for i, s := range settings {
-		v := *vals[i]
-		if ev := getenv(s.env); ev != "" && !given[s.flag] {
-			v = ev
+		v, source := *vals[i], "default"
+		if given[s.flag] {
+			source = "flag"
+		} else if ev := getenv(s.env); ev != "" {
+			v, source = ev, "env"
+		}
+		shown := v
+		if s.flag == "redis" {
+			shown = redactURLs(v)
 		}
 		if err := s.set(c, v); err != nil {
-			shown := v
-			if s.flag == "redis" {
-				shown = redactURLs(v)
-			}
 			return nil, &configError{flag: s.flag, env: s.env, value: shown, err: err}
 		}
+		c.effective = append(c.effective, effective{flag: s.flag, value: shown, source: source})
 	}
 	return c, c.check()
 }
 
-// check catches settings that contradict each other.
+// check catches settings that contradict each other. The error names the
+// setting the operator gave (a flag or a variable) rather than one left at
+// its default, and says which other setting it contradicts.
 func (c *config) check() error {
-	bad := func(flag, env string, v any, format string, args ...any) error {
-		return &configError{flag: flag, env: env, value: fmt.Sprint(v), err: fmt.Errorf(format, args...)}
+	given := map[string]bool{}
+	envOf := map[string]string{}
+	for _, s := range settings {
+		envOf[s.flag] = s.env
+	}
+	for _, e := range c.effective {
+		given[e.flag] = e.source != "default"
+	}
+	bad := func(flag string, v any, format string, args ...any) error {
+		return &configError{flag: flag, env: envOf[flag], value: fmt.Sprint(v), err: fmt.Errorf(format, args...)}
+	}
+	// conflict blames a unless only b was given.
+	conflict := func(a string, av any, aWhy string, b string, bv any, bWhy string) error {
+		if given[b] && !given[a] {
+			return bad(b, bv, bWhy, a, av)
+		}
+		return bad(a, av, aWhy, b, bv)
 	}
 	switch {
 	case c.MaxTTL > 24*time.Hour:
-		return bad("max-ttl", "LOCKGATE_MAX_TTL", c.MaxTTL, "must be at most 24h")
-	case c.MinTTL > c.MaxTTL:
-		return bad("min-ttl", "LOCKGATE_MIN_TTL", c.MinTTL, "is above -max-ttl %v", c.MaxTTL)
-	case c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL:
-		return bad("default-ttl", "LOCKGATE_DEFAULT_TTL", c.DefaultTTL, "must lie between -min-ttl %v and -max-ttl %v", c.MinTTL, c.MaxTTL)
+		return bad("max-ttl", c.MaxTTL, "must be at most 24h")
 	case c.MaxWait > 5*time.Minute:
-		return bad("max-wait", "LOCKGATE_MAX_WAIT", c.MaxWait, "must be at most 5m (the API's wait_ms limit)")
+		return bad("max-wait", c.MaxWait, "must be at most 5m (the API's wait_ms limit)")
+	case c.MinTTL > c.MaxTTL:
+		return conflict("min-ttl", c.MinTTL, "is above -%s %v", "max-ttl", c.MaxTTL, "is below -%s %v")
+	case c.DefaultTTL < c.MinTTL:
+		return conflict("default-ttl", c.DefaultTTL, "is below -%s %v", "min-ttl", c.MinTTL, "is above -%s %v")
+	case c.DefaultTTL > c.MaxTTL:
+		return conflict("default-ttl", c.DefaultTTL, "is above -%s %v", "max-ttl", c.MaxTTL, "is below -%s %v")
 	case c.NodeTimeout*2 > c.MinTTL:
-		return bad("node-timeout", "LOCKGATE_NODE_TIMEOUT", c.NodeTimeout, "must be at most half of -min-ttl %v, or too little validity is left", c.MinTTL)
+		return conflict("node-timeout", c.NodeTimeout, "must be at most half of -%s %v, or too little validity is left",
+			"min-ttl", c.MinTTL, "must be at least twice -%s %v, or too little validity is left")
 	}
 	return nil
 }

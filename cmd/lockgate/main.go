@@ -27,6 +27,7 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
+	"github.com/lockgate/lockgate/metrics"
 )
 
 func main() {
@@ -51,20 +52,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	log := zerolog.New(logOut).Level(level).With().Timestamp().Str("service", "lockgate").Logger()
+	logConfig(log, cfg)
 
 	nodes, closeNodes, err := openNodes(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeNodes()
+	m := metrics.New()
 	locker, err := lockcore.New(nodes, &lockcore.Options{
 		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
 		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
+		Observer: m,
 	})
 	if err != nil {
 		return err
 	}
-	h, err := handlers.New(locker, &handlers.Options{Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL})
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.String()
+	}
+	m.Nodes(names, locker.Quorum())
+	m.Waiters(locker.Waiting)
+
+	var middleware []func(http.Handler) http.Handler
+	if cfg.tokens != nil {
+		middleware = append(middleware, cfg.tokens.Middleware)
+	}
+	h, err := handlers.New(locker, &handlers.Options{
+		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
+		Middleware: middleware, OnRequest: m.Request, Metrics: m.Handler(),
+	})
 	if err != nil {
 		return err
 	}
@@ -123,9 +141,58 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 		rn = append(rn, n)
 	}
 	if len(nodes)%2 == 0 {
-		log.Warn().Int("nodes", len(nodes)).Msgf("an even number of Redis nodes tolerates no more failures than %d nodes "+
-			"(a majority of %d needs %d): add or remove one", len(nodes)-1, len(nodes), len(nodes)/2+1)
+		log.Warn().Int("nodes", len(nodes)).Msg(evenNodesWarning(len(nodes)))
 	}
 	log.Info().Int("nodes", len(nodes)).Int("quorum", len(nodes)/2+1).Msg("Redlock over independent Redis masters")
 	return nodes, closeAll, nil
+}
+
+// evenNodesWarning explains why n (even) nodes are a poor choice.
+func evenNodesWarning(n int) string {
+	q := n/2 + 1
+	return fmt.Sprintf("even number of Redis nodes: %d nodes need a majority of %d, so they tolerate %d failed node(s), "+
+		"the same as %d nodes, while one more node can fail; and a network split into two halves of %d leaves "+
+		"neither half a majority; use an odd number (%d or %d)", n, q, n-q, n-1, n/2, n-1, n+1)
+}
+
+// logConfig logs the effective configuration once, passwords masked, and
+// what it means for access control.
+func logConfig(log zerolog.Logger, cfg *config) {
+	shown := zerolog.Dict()
+	var fromFlags, fromEnv []string
+	for _, e := range cfg.effective {
+		shown = shown.Str(e.flag, e.value)
+		switch e.source {
+		case "flag":
+			fromFlags = append(fromFlags, e.flag)
+		case "env":
+			fromEnv = append(fromEnv, e.flag)
+		}
+	}
+	log.Info().Dict("settings", shown).Strs("from_flags", fromFlags).Strs("from_env", fromEnv).
+		Msg("configuration")
+	if cfg.tokens != nil {
+		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Len()).
+			Msg("access control on: /locks needs a bearer token from the auth file")
+		if fi, err := os.Stat(cfg.AuthFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
+			log.Warn().Str("auth_file", cfg.AuthFile).Str("mode", fi.Mode().Perm().String()).
+				Msg("the auth file is readable by every user of this machine; chmod 600 it")
+		}
+		return
+	}
+	ev := log.Info()
+	if host, _, _ := net.SplitHostPort(cfg.Addr); !isLoopback(host) {
+		ev = log.Warn()
+	}
+	ev.Str("addr", cfg.Addr).Msg("access control off (-auth-file / LOCKGATE_AUTH_FILE unset): " +
+		"anyone who reaches the address can take and release any lock")
+}
+
+// isLoopback reports whether host is localhost or a loopback IP.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -296,7 +296,12 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) 
 	}
 	if !first {
 		// Someone else subscribed first; wait for their confirmation too.
-		return stop, h.awaitSubscribed(ctx, channel)
+		// On failure the caller gets no stop function: unregister now.
+		if err := h.awaitSubscribed(ctx, channel); err != nil {
+			stop()
+			return nil, err
+		}
+		return stop, nil
 	}
 	if err := h.ps.Subscribe(ctx, channel); err != nil {
 		stop()

@@ -1,0 +1,277 @@
+// Package auth is lockgate's optional access control: bearer tokens read
+// from a file, each allowed a set of HTTP methods on a set of resource-name
+// prefixes.
+//
+// # The token file
+//
+// One token per line, three fields separated by spaces or tabs:
+//
+//	# token                            methods               resource prefixes
+//	billing-7Q2vX9kLmN4pR8sT1uW3yZ5a   PUT,PATCH,DELETE,GET  invoice-,billing:
+//	dashboard-Hc6Jd8Kf0Lg2Mh4Nj6Pk8Q   GET                   *
+//
+// The fields:
+//
+//   - token: 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / = (the
+//     RFC 6750 token alphabet). Generate one with, e.g.,
+//     head -c 24 /dev/urandom | base64 | tr '+/' '-_'.
+//   - methods: a comma-separated list of GET, PUT, PATCH, DELETE (or their
+//     operation names inspect, acquire, extend, release; any case), or * for
+//     all four.
+//   - resource prefixes: a comma-separated list of prefixes of resource
+//     names, or * for every resource. "invoice-" allows invoice-42 and
+//     invoice-7, not invoices.
+//
+// Blank lines and lines starting with # are ignored. A token may appear once.
+//
+// # What is guaranteed
+//
+// Requests to /locks and /locks/... need "Authorization: Bearer <token>".
+// Without a known token they get 401 with WWW-Authenticate: Bearer; with a
+// known token whose methods or prefixes do not cover the request they get
+// 403. Both answers are application/problem+json bodies that never contain
+// the token. Other paths (/healthz, /readyz, /openapi.yaml, /metrics) are not
+// guarded: they carry no lock state and no secrets.
+//
+// The presented token is compared with every token of the file, always all
+// of them, as SHA-256 digests with crypto/subtle: the time taken does not
+// depend on how much of the token matches, nor on which entry matches. The
+// package never logs, and its errors name line numbers, never tokens.
+package auth
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/lockgate/lockgate/api"
+)
+
+// Policy is a set of tokens and what each may do. It is immutable and safe
+// for concurrent use.
+type Policy struct {
+	entries []entry
+}
+
+type entry struct {
+	digest   [sha256.Size]byte
+	methods  map[string]bool
+	prefixes []string // nil: every resource
+}
+
+// ParseError reports a malformed token file line. It never contains the
+// line's token.
+type ParseError struct {
+	Line   int
+	Reason string
+}
+
+func (e *ParseError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// ErrNoTokens is returned for a token file that holds no token: it would
+// refuse every request.
+var ErrNoTokens = errors.New("auth: the token file holds no token")
+
+var (
+	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]+$`)
+	// prefixPattern is the resource-name alphabet (lockcore.ValidResource).
+	prefixPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
+	methodNames   = map[string]string{
+		"GET": http.MethodGet, "PUT": http.MethodPut, "PATCH": http.MethodPatch, "DELETE": http.MethodDelete,
+		"INSPECT": http.MethodGet, "ACQUIRE": http.MethodPut, "EXTEND": http.MethodPatch, "RELEASE": http.MethodDelete,
+	}
+)
+
+// Load reads a token file (see the package doc).
+//
+// Errors: those of os.Open; *ParseError naming the first bad line;
+// ErrNoTokens.
+func Load(path string) (*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Parse(f)
+}
+
+// Parse reads a token file's contents (see the package doc).
+//
+// Errors: *ParseError naming the first bad line; ErrNoTokens; or the
+// reader's error.
+func Parse(r io.Reader) (*Policy, error) {
+	p := &Policy{}
+	seen := map[[sha256.Size]byte]int{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 8192), 64<<10)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		bad := func(format string, args ...any) error {
+			return &ParseError{Line: n, Reason: fmt.Sprintf(format, args...)}
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, bad("want 3 fields (token, methods, resource prefixes), found %d", len(f))
+		}
+		if len(f[0]) < 16 || len(f[0]) > 4096 || !tokenPattern.MatchString(f[0]) {
+			return nil, bad("the token must be 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / =")
+		}
+		e := entry{digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}}
+		if first, dup := seen[e.digest]; dup {
+			return nil, bad("the token of line %d again", first)
+		}
+		seen[e.digest] = n
+		if f[1] == "*" {
+			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+				e.methods[m] = true
+			}
+		} else {
+			for _, m := range strings.Split(f[1], ",") {
+				method, ok := methodNames[strings.ToUpper(m)]
+				if !ok {
+					return nil, bad("method %q is not GET, PUT, PATCH, DELETE (or inspect, acquire, extend, release) or *", m)
+				}
+				e.methods[method] = true
+			}
+		}
+		if f[2] != "*" {
+			for _, pre := range strings.Split(f[2], ",") {
+				if !prefixPattern.MatchString(pre) {
+					return nil, bad("resource prefix %q must be 1 to 200 characters of A-Z a-z 0-9 . _ : - (or * alone for every resource)", pre)
+				}
+				e.prefixes = append(e.prefixes, pre)
+			}
+		}
+		p.entries = append(p.entries, e)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, errors.New("auth: a line of the token file is over 64 KiB")
+		}
+		return nil, err
+	}
+	if len(p.entries) == 0 {
+		return nil, ErrNoTokens
+	}
+	return p, nil
+}
+
+// Len is the number of tokens.
+func (p *Policy) Len() int { return len(p.entries) }
+
+// lookup returns the entry whose token is token, comparing token's digest
+// with every entry's in constant time, or nil.
+func (p *Policy) lookup(token string) *entry {
+	d := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range p.entries {
+		eq := subtle.ConstantTimeCompare(d[:], p.entries[i].digest[:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
+	}
+	if found < 0 {
+		return nil
+	}
+	return &p.entries[found]
+}
+
+func (e *entry) allows(method, resource string) bool {
+	if !e.methods[method] {
+		return false
+	}
+	if e.prefixes == nil {
+		return true
+	}
+	for _, pre := range e.prefixes {
+		if strings.HasPrefix(resource, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// Middleware guards /locks and /locks/...: 401 without a known bearer token,
+// 403 when the token does not allow the request's method on its resource.
+// Other paths pass through. Put it before request validation, so that an
+// unauthenticated client learns nothing from validation errors.
+func (p *Policy) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resource, guarded := resourceOf(r.URL.Path)
+		if !guarded {
+			next.ServeHTTP(w, r)
+			return
+		}
+		token, ok := bearer(r.Header)
+		if !ok {
+			deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate"`,
+				"send Authorization: Bearer <token>")
+			return
+		}
+		e := p.lookup(token)
+		if e == nil {
+			deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate", error="invalid_token"`,
+				"the bearer token is not known")
+			return
+		}
+		if !e.allows(r.Method, resource) {
+			deny(w, r, http.StatusForbidden, `Bearer realm="lockgate", error="insufficient_scope"`,
+				"this token may not "+r.Method+" "+r.URL.Path)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// resourceOf returns the resource name of a /locks/{resource} path and
+// whether the path is guarded. The name is taken from the decoded path, the
+// way a prefix is written; a name with characters outside the resource
+// alphabet is refused by request validation after this check.
+func resourceOf(path string) (string, bool) {
+	if path == "/locks" {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(path, "/locks/")
+	if !ok {
+		return "", false
+	}
+	return strings.TrimSuffix(rest, "/"), true
+}
+
+// bearer returns the token of a single "Authorization: Bearer <token>"
+// header.
+func bearer(h http.Header) (string, bool) {
+	vals := h.Values("Authorization")
+	if len(vals) != 1 {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func deny(w http.ResponseWriter, r *http.Request, status int, challenge, detail string) {
+	p := api.Problem{Status: status, Detail: detail, Instance: r.URL.Path}
+	if status == http.StatusUnauthorized {
+		p.Type, p.Title = api.ProblemUnauthorized, "Unauthorized"
+	} else {
+		p.Type, p.Title = api.ProblemForbidden, "Forbidden"
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	w.Header().Set("Content-Type", api.MediaProblem)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(p)
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// badValues lists, for every setting, values that must stop the start.
+// TestEveryBadValueNamesItsSetting fails when a setting has none, so a new
+// setting needs a line here.
+func badValues(t *testing.T) map[string][]string {
+	dir := t.TempDir()
+	garbled := filepath.Join(dir, "garbled")
+	if err := os.WriteFile(garbled, []byte("not-a-valid-line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("# no tokens\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]string{
+		"addr":         {"localhost", "no-port-here", ":::"},
+		"redis":        {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379"},
+		"node-timeout": {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
+		"drift-factor": {"x", "0", "-0.1", "0.5"},
+		"min-ttl":      {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
+		"max-ttl":      {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
+		"default-ttl":  {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
+		"max-wait":     {"x", "0s", "6m"},
+		"max-waiters":  {"0", "-1", "many"},
+		"body-limit":   {"x", "10", "2000000"},
+		"log-level":    {"loud", "INFO", "trace"},
+		"auth-file":    {filepath.Join(dir, "absent"), garbled, empty},
+	}
+}
+
+func TestEveryBadValueNamesItsSetting(t *testing.T) {
+	bad := badValues(t)
+	for _, s := range settings {
+		values := bad[s.flag]
+		if len(values) == 0 {
+			t.Errorf("setting -%s has no bad value in badValues: add some", s.flag)
+		}
+		for _, v := range values {
+			for _, via := range []string{"flag", "env"} {
+				t.Run(s.flag+"="+v+" by "+via, func(t *testing.T) {
+					var args []string
+					env := map[string]string{}
+					if via == "flag" {
+						args = []string{"-" + s.flag, v}
+					} else {
+						env[s.env] = v
+					}
+					_, err := parseConfig(args, envOf(env), io.Discard)
+					var ce *configError
+					if !errors.As(err, &ce) {
+						t.Fatalf("err %v, want a *configError", err)
+					}
+					msg := err.Error()
+					if ce.flag != s.flag || !strings.Contains(msg, "-"+s.flag+" ") || !strings.Contains(msg, s.env) {
+						t.Errorf("%q does not name -%s and %s", msg, s.flag, s.env)
+					}
+				})
+			}
+		}
+	}
+	for name := range bad {
+		if !hasSetting(name) {
+			t.Errorf("badValues has %q, which is no setting", name)
+		}
+	}
+}
+
+func hasSetting(flag string) bool {
+	for _, s := range settings {
+		if s.flag == flag {
+			return true
+		}
+	}
+	return false
+}
+
+func TestGoodValues(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(*config) bool
+	}{
+		{"the defaults", nil, nil, func(c *config) bool {
+			return c.Addr == "127.0.0.1:8080" && len(c.Redis) == 0 && c.NodeTimeout == 50*time.Millisecond &&
+				c.DriftFactor == 0.01 && c.MinTTL == 100*time.Millisecond && c.MaxTTL == time.Hour &&
+				c.DefaultTTL == 30*time.Second && c.MaxWait == 5*time.Minute && c.MaxWaiters == 10000 &&
+				c.BodyLimit == 16384 && c.LogLevel == "info" && c.AuthFile == "" && c.tokens == nil
+		}},
+		{"an environment variable replaces the default", nil, map[string]string{"LOCKGATE_NODE_TIMEOUT": "20ms"},
+			func(c *config) bool { return c.NodeTimeout == 20*time.Millisecond }},
+		{"a flag wins over the environment", []string{"-node-timeout", "30ms"}, map[string]string{"LOCKGATE_NODE_TIMEOUT": "20ms"},
+			func(c *config) bool { return c.NodeTimeout == 30*time.Millisecond }},
+		{"Redis URLs may carry a password and TLS", []string{"-redis", " redis://:pw@a:1, rediss://user:pw@b:2/0 ,redis://c:3"}, nil,
+			func(c *config) bool {
+				return len(c.Redis) == 3 && c.Redis[0] == "redis://:pw@a:1" && c.Redis[1] == "rediss://user:pw@b:2/0"
+			}},
+		{"every tuning setting is settable", []string{"-drift-factor", "0.02", "-min-ttl", "200ms", "-max-ttl", "2h",
+			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug"}, nil,
+			func(c *config) bool {
+				return c.DriftFactor == 0.02 && c.MinTTL == 200*time.Millisecond && c.MaxTTL == 2*time.Hour &&
+					c.DefaultTTL == time.Minute && c.MaxWait == time.Minute && c.MaxWaiters == 5 &&
+					c.BodyLimit == 4096 && c.LogLevel == "debug"
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(c) {
+				t.Errorf("unexpected config %+v", c)
+			}
+		})
+	}
+}
+
+func TestEffectiveConfigMasksPasswordsAndNamesSources(t *testing.T) {
+	c, err := parseConfig([]string{"-redis", "redis://:hunter2-pw@a:1,rediss://u:hunter2-pw@b:2,redis://c:3"},
+		envOf(map[string]string{"LOCKGATE_LOG_LEVEL": "warn", "LOCKGATE_REDIS": "redis://ignored:1"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]effective{}
+	for _, e := range c.effective {
+		got[e.flag] = e
+	}
+	if len(got) != len(settings) {
+		t.Errorf("%d settings shown, want all %d", len(got), len(settings))
+	}
+	want := map[string]effective{
+		"redis":     {"redis", "redis://:xxxxx@a:1,rediss://u:xxxxx@b:2,redis://c:3", "flag"},
+		"log-level": {"log-level", "warn", "env"},
+		"addr":      {"addr", "127.0.0.1:8080", "default"},
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s shown as %+v, want %+v", k, got[k], w)
+		}
+	}
+}
+
+func TestBadRedisURLErrorsHidePasswords(t *testing.T) {
+	for _, v := range []string{
+		"redis://:hunter2-pw@a:1,http://:hunter2-pw@b:2",
+		"redis://:hunter2-pw@a:1,redis://:hunter2-pw@a:1",
+		"redis://:hunter2-pw%zz@a:1",
+	} {
+		_, err := parseConfig([]string{"-redis", v}, envOf(nil), io.Discard)
+		if err == nil {
+			t.Fatalf("%q was accepted", v)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+func TestHelpListsEverySettingAndItsVariable(t *testing.T) {
+	var out strings.Builder
+	_, err := parseConfig([]string{"-h"}, envOf(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err %v, want flag.ErrHelp", err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(out.String(), "-"+s.flag) || !strings.Contains(out.String(), s.env) {
+			t.Errorf("-h does not show -%s and %s", s.flag, s.env)
+		}
+	}
+}
+
+func TestPositionalArgumentsAreRefused(t *testing.T) {
+	if _, err := parseConfig([]string{"serve"}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), `"serve"`) {
+		t.Errorf("err %v", err)
+	}
+}

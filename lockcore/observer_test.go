@@ -1,0 +1,296 @@
+package lockcore_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+)
+
+// switchNode is a memnode that can be switched off (every call fails at
+// once) or made to hang (every call waits for its context).
+type switchNode struct {
+	lockcore.Node
+	down, hang atomic.Bool
+}
+
+var errSwitchedOff = errors.New("switched off")
+
+func (n *switchNode) fail(ctx context.Context) error {
+	if n.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if n.down.Load() {
+		return errSwitchedOff
+	}
+	return nil
+}
+
+func (n *switchNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
+	if err := n.fail(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return n.Node.Acquire(ctx, req)
+}
+
+func (n *switchNode) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+	if err := n.fail(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return n.Node.Extend(ctx, resource, lease, ttl)
+}
+
+func (n *switchNode) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+	if err := n.fail(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return n.Node.Release(ctx, resource, lease, notice)
+}
+
+func (n *switchNode) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
+	if err := n.fail(ctx); err != nil {
+		return err
+	}
+	return n.Node.RaiseFence(ctx, resource, lease, token)
+}
+
+func (n *switchNode) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
+	if err := n.fail(ctx); err != nil {
+		return lockcore.NodeLock{}, err
+	}
+	return n.Node.Inspect(ctx, resource)
+}
+
+func (n *switchNode) Ping(ctx context.Context) error {
+	if err := n.fail(ctx); err != nil {
+		return err
+	}
+	return n.Node.Ping(ctx)
+}
+
+type nodeCall struct {
+	node, op string
+	err      error
+}
+
+// spyObserver records what a Redlock reports.
+type spyObserver struct {
+	mu     sync.Mutex
+	calls  []nodeCall
+	quorum []string
+	fenced int
+}
+
+func (o *spyObserver) NodeCall(node, op string, d time.Duration, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, nodeCall{node, op, err})
+}
+
+func (o *spyObserver) QuorumFailed(op string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.quorum = append(o.quorum, op)
+}
+
+func (o *spyObserver) Fenced() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fenced++
+}
+
+// take returns what was reported since the last take.
+func (o *spyObserver) take() (calls []nodeCall, quorum []string, fenced int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	calls, quorum, fenced = o.calls, o.quorum, o.fenced
+	o.calls, o.quorum, o.fenced = nil, nil, 0
+	slices.SortFunc(calls, func(a, b nodeCall) int {
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.op, b.op))
+	})
+	return calls, quorum, fenced
+}
+
+func observed(t *testing.T) (*lockcore.Redlock, []*switchNode, *spyObserver) {
+	t.Helper()
+	var nodes []lockcore.Node
+	var sw []*switchNode
+	for _, name := range []string{"n1", "n2", "n3"} {
+		n := &switchNode{Node: memnode.New(&memnode.Options{Name: name})}
+		nodes, sw = append(nodes, n), append(sw, n)
+	}
+	spy := &spyObserver{}
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond, Observer: spy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	return rl, sw, spy
+}
+
+const obsLease = "observer-lease-0123456789"
+
+func TestObserverSeesEveryNodeCall(t *testing.T) {
+	rl, _, spy := observed(t)
+	ctx := context.Background()
+	if _, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "r", LeaseID: obsLease, TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	calls, quorum, fenced := spy.take()
+	want := []nodeCall{{"n1", "acquire", nil}, {"n2", "acquire", nil}, {"n3", "acquire", nil}}
+	if !slices.Equal(calls, want) || len(quorum) != 0 || fenced != 0 {
+		t.Errorf("acquire reported %v, quorum %v, fenced %d; want %v and nothing else", calls, quorum, fenced, want)
+	}
+
+	steps := []struct {
+		op string
+		do func() error
+	}{
+		{"extend", func() error {
+			_, err := rl.Extend(ctx, lockcore.ExtendRequest{Resource: "r", LeaseID: obsLease})
+			return err
+		}},
+		{"inspect", func() error { _, err := rl.Inspect(ctx, "r"); return err }},
+		{"ping", func() error { return rl.Ready(ctx) }},
+		{"release", func() error { return rl.Release(ctx, lockcore.ReleaseRequest{Resource: "r", LeaseID: obsLease}) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.op, err)
+		}
+		calls, _, _ := spy.take()
+		want := []nodeCall{{"n1", s.op, nil}, {"n2", s.op, nil}, {"n3", s.op, nil}}
+		if !slices.Equal(calls, want) {
+			t.Errorf("%s reported %v, want %v", s.op, calls, want)
+		}
+	}
+}
+
+func TestObserverSeesQuorumFailuresAndNodeErrors(t *testing.T) {
+	rl, sw, spy := observed(t)
+	ctx := context.Background()
+	if _, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "q", LeaseID: obsLease, TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	spy.take()
+	sw[0].down.Store(true)
+	sw[1].hang.Store(true)
+
+	steps := []struct {
+		op string
+		do func() error
+	}{
+		{"acquire", func() error {
+			_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "other", TTL: time.Second})
+			return err
+		}},
+		{"extend", func() error {
+			_, err := rl.Extend(ctx, lockcore.ExtendRequest{Resource: "q", LeaseID: obsLease})
+			return err
+		}},
+		{"inspect", func() error { _, err := rl.Inspect(ctx, "q"); return err }},
+		{"ping", func() error { return rl.Ready(ctx) }},
+		{"release", func() error { return rl.Release(ctx, lockcore.ReleaseRequest{Resource: "q", LeaseID: obsLease}) }},
+	}
+	for _, s := range steps {
+		t.Run(s.op, func(t *testing.T) {
+			if err := s.do(); !errors.Is(err, lockcore.ErrNoQuorum) {
+				t.Fatalf("err %v, want ErrNoQuorum", err)
+			}
+			calls, quorum, _ := spy.take()
+			if !slices.Equal(quorum, []string{s.op}) {
+				t.Errorf("quorum failures %v, want [%s]", quorum, s.op)
+			}
+			var down, timedOut bool
+			for _, c := range calls {
+				switch {
+				case c.node == "n1" && errors.Is(c.err, errSwitchedOff):
+					down = true
+				case c.node == "n2" && errors.Is(c.err, context.DeadlineExceeded):
+					timedOut = true
+				case c.node == "n3" && c.err != nil:
+					t.Errorf("n3 reported %v", c.err)
+				}
+			}
+			if !down || !timedOut {
+				t.Errorf("calls %v: want n1's error and n2's timeout", calls)
+			}
+		})
+	}
+}
+
+// Counters that disagree make the Redlock raise the others' fences: the
+// observer hears of it once per write-back.
+func TestObserverSeesFencingWriteBacks(t *testing.T) {
+	rl, sw, spy := observed(t)
+	ctx := context.Background()
+	take := func(down int) int64 {
+		t.Helper()
+		for i, n := range sw {
+			n.down.Store(i == down)
+		}
+		l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "f", TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "f", LeaseID: l.ID}); err != nil && !errors.Is(err, lockcore.ErrNoQuorum) {
+			t.Fatal(err)
+		}
+		return l.Token
+	}
+	take(2) // n1 and n2 grant token 1: a quorum already has it
+	if _, _, fenced := spy.take(); fenced != 0 {
+		t.Fatalf("fenced %d after an acquisition that needed no write-back", fenced)
+	}
+	if tok := take(1); tok != 2 { // n1 answers 2, n3 answers 1: n3 is raised
+		t.Fatalf("token %d, want 2", tok)
+	}
+	calls, _, fenced := spy.take()
+	if fenced != 1 {
+		t.Errorf("fenced %d, want 1", fenced)
+	}
+	if !slices.ContainsFunc(calls, func(c nodeCall) bool { return c.node == "n3" && c.op == "fence" && c.err == nil }) {
+		t.Errorf("no fence call to n3 in %v", calls)
+	}
+}
+
+func TestWaitingCountsWaiters(t *testing.T) {
+	rl, _, _ := observed(t)
+	ctx := context.Background()
+	held, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "w", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rl.Waiting(); n != 0 {
+		t.Fatalf("Waiting() = %d before anyone waits", n)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "w", TTL: time.Second, Wait: 10 * time.Second})
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for rl.Waiting() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Waiting() = %d, want 1", rl.Waiting())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "w", LeaseID: held.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if n := rl.Waiting(); n != 0 {
+		t.Errorf("Waiting() = %d after the waiter left", n)
+	}
+}

@@ -1,0 +1,532 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// waitingAcquire is Acquire under a name that goroutine dumps show, so that
+// tests can tell when a waiter has joined its queue and gone to sleep.
+//
+//go:noinline
+func waitingAcquire(ctx context.Context, rl *lockcore.Redlock, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
+	return rl.Acquire(ctx, req)
+}
+
+type acquired struct {
+	i     int
+	lease *lockcore.Lease
+	err   error
+	at    time.Time
+}
+
+// startWaiter runs a waiting Acquire in a goroutine and reports on out.
+func startWaiter(ctx context.Context, rl *lockcore.Redlock, i int, req lockcore.AcquireRequest, out chan<- acquired) {
+	go func() {
+		l, err := waitingAcquire(ctx, rl, req)
+		out <- acquired{i: i, lease: l, err: err, at: time.Now()}
+	}()
+}
+
+// parkedWaiters counts goroutines inside waitingAcquire that sleep in a
+// select. A waiter sleeps only once it is in its queue (before that it can
+// only wait for a mutex, or for its nodes while it is the head).
+func parkedWaiters() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, " [select") && strings.Contains(g, "lockcore_test.waitingAcquire(") {
+			count++
+		}
+	}
+	return count
+}
+
+// waitParked waits until at least n waiters sleep in their queues.
+func waitParked(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for parkedWaiters() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters parked after 10s, want %d", parkedWaiters(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// next returns the next result from out, failing t if none comes within d.
+func next(t *testing.T, out <-chan acquired, d time.Duration) acquired {
+	t.Helper()
+	select {
+	case r := <-out:
+		return r
+	case <-time.After(d):
+		t.Fatalf("no waiter returned within %v", d)
+		return acquired{}
+	}
+}
+
+func waiterLease(i int) string { return fmt.Sprintf("lease-waiter-%03d-0123456789", i) }
+
+// The TTL of a lock that waiters are meant to be woken from by a release,
+// and the wait: a waiter that is not woken fails after the wait with
+// *TakenError, much later than the bound within which it must succeed.
+const (
+	holdTTL   = 30 * time.Second
+	longWait  = 25 * time.Second
+	wakeBound = 10 * time.Second
+)
+
+func mustAcquire(t *testing.T, rl *lockcore.Redlock, req lockcore.AcquireRequest) *lockcore.Lease {
+	t.Helper()
+	l, err := rl.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", req.Resource, err)
+	}
+	return l
+}
+
+func mustRelease(t *testing.T, rl *lockcore.Redlock, l *lockcore.Lease) {
+	t.Helper()
+	if err := rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: l.Resource, LeaseID: l.ID}); err != nil {
+		t.Fatalf("release %s: %v", l.Resource, err)
+	}
+}
+
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	c := newCluster(t, 3, nil, nil)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "fifo", TTL: holdTTL})
+	const n = 6
+	out := make(chan acquired, n)
+	for i := range n {
+		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: "fifo", LeaseID: waiterLease(i), TTL: holdTTL, Wait: longWait}, out)
+		waitParked(t, i+1) // i has joined before i+1 arrives
+	}
+	mustRelease(t, c.rl, holder)
+	last := holder.Token
+	for i := range n {
+		r := next(t, out, wakeBound)
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.i, r.err)
+		}
+		if r.i != i {
+			t.Fatalf("waiter %d got the lock while waiter %d, who arrived earlier, still waits", r.i, i)
+		}
+		if r.lease.Token <= last || r.lease.Reentered {
+			t.Fatalf("waiter %d: lease %+v after token %d", i, r.lease, last)
+		}
+		last = r.lease.Token
+		mustRelease(t, c.rl, r.lease)
+	}
+}
+
+func TestWaiterWakesOnRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replica bool // release through another Redlock: only the nodes' notices wake the waiter
+	}{
+		{"released on the same replica", false},
+		{"released on another replica", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, nil, nil)
+			releaser := c.rl
+			if tc.replica {
+				releaser = c.replica(t, nil)
+			}
+			holder := mustAcquire(t, releaser, lockcore.AcquireRequest{Resource: "wake", TTL: holdTTL})
+			out := make(chan acquired, 1)
+			startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "wake", TTL: holdTTL, Wait: longWait}, out)
+			waitParked(t, 1)
+			released := time.Now()
+			mustRelease(t, releaser, holder)
+			r := next(t, out, wakeBound)
+			if r.err != nil {
+				t.Fatalf("waiter: %v (after %v)", r.err, r.at.Sub(released))
+			}
+			if r.lease.Token <= holder.Token {
+				t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
+			}
+		})
+	}
+}
+
+func TestWaiterWakesOnExpiry(t *testing.T) {
+	// Nobody announces an expiry: the waiter learns the holder's remaining
+	// TTL from its failed attempt and tries again when it runs out.
+	c := newCluster(t, 3, nil, nil)
+	const ttl = time.Second
+	before := time.Now()
+	holder := mustAcquire(t, c.replica(t, nil), lockcore.AcquireRequest{Resource: "expiry", TTL: ttl})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "expiry", TTL: holdTTL, Wait: longWait}, out)
+	r := next(t, out, wakeBound)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.at.Sub(before) < ttl {
+		t.Fatalf("waiter acquired %v after the holder, before its TTL %v ran out", r.at.Sub(before), ttl)
+	}
+	if r.lease.Token <= holder.Token {
+		t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
+	}
+}
+
+func TestWaitRunsOutWithTakenError(t *testing.T) {
+	c := newCluster(t, 3, nil, nil)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL})
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL, Wait: wait})
+	elapsed := time.Since(start)
+	var te *lockcore.TakenError
+	if !errors.As(err, &te) || !errors.Is(err, lockcore.ErrTaken) {
+		t.Fatalf("err = %v, want *TakenError", err)
+	}
+	if te.Resource != "timeout" || te.RetryAfter < holdTTL/2 || te.RetryAfter > holdTTL {
+		t.Fatalf("TakenError = %+v, want the holder's remaining TTL as the retry hint", te)
+	}
+	if elapsed < wait {
+		t.Fatalf("gave up after %v, before the wait of %v", elapsed, wait)
+	}
+	if info, err := c.rl.Inspect(context.Background(), "timeout"); err != nil || info.Token != holder.Token {
+		t.Fatalf("holder after the wait: %+v, %v", info, err)
+	}
+	// The queue is empty again: a new waiter is the head and is woken by a release.
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+	mustRelease(t, c.rl, holder)
+	if r := next(t, out, wakeBound); r.err != nil {
+		t.Fatal(r.err)
+	}
+}
+
+func TestWaiterThatLeavesDoesNotBlockTheQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(cancel context.CancelFunc)
+		want  error
+		wait  time.Duration
+	}{
+		{"canceled", func(cancel context.CancelFunc) { cancel() }, context.Canceled, longWait},
+		{"wait ran out", func(context.CancelFunc) {}, lockcore.ErrTaken, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, nil, nil)
+			holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "leave", TTL: holdTTL})
+			out := make(chan acquired, 3)
+			// Waiters 0 (the head) and 1 leave; waiter 2 must still be served.
+			var cancels []context.CancelFunc
+			for i := range 3 {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				cancels = append(cancels, cancel)
+				wait := longWait
+				if i < 2 {
+					wait = tc.wait
+				}
+				startWaiter(ctx, c.rl, i, lockcore.AcquireRequest{Resource: "leave", TTL: holdTTL, Wait: wait}, out)
+				waitParked(t, i+1)
+			}
+			for _, i := range []int{1, 0} { // the middle one first, then the head
+				tc.leave(cancels[i])
+				r := next(t, out, wakeBound)
+				if r.i != i && tc.want == context.Canceled {
+					t.Fatalf("waiter %d returned, want %d", r.i, i)
+				}
+				if !errors.Is(r.err, tc.want) {
+					t.Fatalf("waiter %d: err = %v, want %v", r.i, r.err, tc.want)
+				}
+			}
+			mustRelease(t, c.rl, holder)
+			r := next(t, out, wakeBound)
+			if r.i != 2 || r.err != nil {
+				t.Fatalf("last waiter %d: %v", r.i, r.err)
+			}
+		})
+	}
+}
+
+func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
+	// The head's attempt succeeds just as its caller gives up: nobody will
+	// use the lock, so it is released and the next waiter gets it at once.
+	c := newCluster(t, 3, nil, nil)
+	first := waiterLease(0)
+	gate := make(chan struct{})
+	reached := make(chan struct{}, 3)
+	var mu sync.Mutex
+	answered := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, n := range c.nodes {
+		n.set(func(f *faultNode) {
+			f.onAcquire = func(req lockcore.NodeAcquire) {
+				if req.Lease == first {
+					reached <- struct{}{}
+					<-gate
+				}
+			}
+			f.afterAcquire = func(req lockcore.NodeAcquire, _ lockcore.NodeReply) {
+				if req.Lease != first {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if answered++; answered == len(c.nodes) {
+					cancel() // every node granted; the caller leaves now
+				}
+			}
+		})
+	}
+	out := make(chan acquired, 2)
+	startWaiter(ctx, c.rl, 0, lockcore.AcquireRequest{Resource: "abandon", LeaseID: first, TTL: holdTTL, Wait: longWait}, out)
+	for range c.nodes {
+		<-reached // the head is attempting
+	}
+	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "abandon", LeaseID: waiterLease(1), TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+	close(gate)
+
+	r := next(t, out, wakeBound)
+	if r.i != 0 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter %d: lease %+v, err %v; want waiter 0 canceled", r.i, r.lease, r.err)
+	}
+	c.assertNotHolding(t, "abandon", first)
+	r = next(t, out, wakeBound)
+	if r.i != 1 || r.err != nil {
+		t.Fatalf("waiter %d: %v", r.i, r.err)
+	}
+}
+
+func TestTooManyWaiters(t *testing.T) {
+	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 400 * time.Millisecond, MinTTL: time.Second, MaxWaiters: 2}, nil)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL})
+	other := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "crowd-2", TTL: holdTTL})
+	out := make(chan acquired, 3)
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	defer cancel0()
+	startWaiter(ctx0, c.rl, 0, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 2)
+
+	// The limit is per replica, over every resource.
+	for _, res := range []string{"crowd", "crowd-2"} {
+		_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: longWait})
+		if !errors.Is(err, lockcore.ErrTooManyWaiters) {
+			t.Fatalf("third waiter on %s: err = %v, want ErrTooManyWaiters", res, err)
+		}
+	}
+	// Acquire without waiting does not queue.
+	if _, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL}); !errors.Is(err, lockcore.ErrTaken) {
+		t.Fatalf("acquire without wait: err = %v, want ErrTaken", err)
+	}
+	// Another replica has its own room.
+	out2 := make(chan acquired, 1)
+	startWaiter(context.Background(), c.replica(t, nil), 9, lockcore.AcquireRequest{Resource: "crowd-2", TTL: holdTTL, Wait: longWait}, out2)
+	waitParked(t, 3)
+
+	// A waiter leaving frees a place.
+	cancel0()
+	if r := next(t, out, wakeBound); r.i != 0 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("waiter %d: %v", r.i, r.err)
+	}
+	startWaiter(context.Background(), c.rl, 2, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 3)
+	mustRelease(t, c.rl, holder)
+	for _, want := range []int{1, 2} {
+		r := next(t, out, wakeBound)
+		if r.i != want || r.err != nil {
+			t.Fatalf("waiter %d: %v; want waiter %d served", r.i, r.err, want)
+		}
+		mustRelease(t, c.rl, r.lease)
+	}
+	mustRelease(t, c.rl, other)
+	if r := next(t, out2, wakeBound); r.err != nil {
+		t.Fatal(r.err)
+	}
+}
+
+func TestCloseEndsWaits(t *testing.T) {
+	c := newCluster(t, 3, nil, nil)
+	holders := []*lockcore.Lease{
+		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-a", TTL: holdTTL}),
+		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-b", TTL: holdTTL}),
+	}
+	out := make(chan acquired, 3)
+	for i, res := range []string{"close-a", "close-a", "close-b"} {
+		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: longWait}, out)
+		waitParked(t, i+1)
+	}
+	c.rl.Close()
+	for range 3 {
+		if r := next(t, out, wakeBound); !errors.Is(r.err, lockcore.ErrClosed) {
+			t.Fatalf("waiter %d: err = %v, want ErrClosed", r.i, r.err)
+		}
+	}
+	c.rl.Close() // closing twice is harmless
+	if _, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "close-c", TTL: holdTTL, Wait: time.Second}); !errors.Is(err, lockcore.ErrClosed) {
+		t.Fatalf("waiting acquire after Close: err = %v, want ErrClosed", err)
+	}
+	// Everything that does not wait still works.
+	if _, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "close-a", TTL: holdTTL}); !errors.Is(err, lockcore.ErrTaken) {
+		t.Fatalf("acquire after Close: err = %v, want ErrTaken", err)
+	}
+	for _, h := range holders {
+		mustRelease(t, c.rl, h)
+	}
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-a", TTL: holdTTL})
+}
+
+func TestNoLostWakeup(t *testing.T) {
+	// The holder releases at a random moment around the time the waiter
+	// joins: before it, while it subscribes, during its attempt or after.
+	// Whatever the interleaving, the waiter gets the lock long before the
+	// holder's TTL.
+	const rounds = 200
+	for _, tc := range []struct {
+		name    string
+		replica bool
+	}{
+		{"released on the same replica", false},
+		{"released on another replica", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3, nil, nil)
+			releaser := c.rl
+			if tc.replica {
+				releaser = c.replica(t, nil)
+			}
+			rng := rand.New(rand.NewPCG(7, 11))
+			out := make(chan acquired, 1)
+			for i := range rounds {
+				res := fmt.Sprintf("race-%d", i)
+				holder := mustAcquire(t, releaser, lockcore.AcquireRequest{Resource: res, TTL: holdTTL})
+				startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: longWait}, out)
+				switch rng.IntN(3) {
+				case 0:
+				case 1:
+					for range rng.IntN(50) {
+						runtime.Gosched()
+					}
+				default:
+					time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+				}
+				mustRelease(t, releaser, holder)
+				r := next(t, out, wakeBound)
+				if r.err != nil {
+					t.Fatalf("round %d: %v", i, r.err)
+				}
+				mustRelease(t, c.rl, r.lease)
+			}
+		})
+	}
+}
+
+func TestNoLostWakeupWhenReleasedDuringTheAttempt(t *testing.T) {
+	// The release lands between the waiter's calls to its nodes: some see
+	// the lock free, some taken.
+	for node := range 3 {
+		for _, replica := range []bool{false, true} {
+			t.Run(fmt.Sprintf("released before node %d answers, other replica %v", node, replica), func(t *testing.T) {
+				c := newCluster(t, 3, nil, nil)
+				releaser := c.rl
+				if replica {
+					releaser = c.replica(t, nil)
+				}
+				out := make(chan acquired, 1)
+				for i := range 30 {
+					res := fmt.Sprintf("mid-%d", i)
+					holder := mustAcquire(t, releaser, lockcore.AcquireRequest{Resource: res, TTL: holdTTL})
+					lease := waiterLease(i)
+					var once sync.Once
+					relErr := make(chan error, 1)
+					c.nodes[node].set(func(f *faultNode) {
+						f.onAcquire = func(req lockcore.NodeAcquire) {
+							if req.Lease == lease {
+								once.Do(func() {
+									relErr <- releaser.Release(context.Background(), lockcore.ReleaseRequest{Resource: res, LeaseID: holder.ID})
+								})
+							}
+						}
+					})
+					startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: res, LeaseID: lease, TTL: holdTTL, Wait: longWait}, out)
+					r := next(t, out, wakeBound)
+					if err := <-relErr; err != nil {
+						t.Fatalf("round %d: release: %v", i, err)
+					}
+					if r.err != nil {
+						t.Fatalf("round %d: %v", i, r.err)
+					}
+					mustRelease(t, c.rl, r.lease)
+				}
+			})
+		}
+	}
+}
+
+func TestWaiterDoesNotSpinWhileAMinorityIsFree(t *testing.T) {
+	// The holder holds a majority; one node missed its grant and is free.
+	// A waiter's attempt takes that node, fails, and releases it. That
+	// release must not count as the holder's release, or the waiter would
+	// retry in a tight loop for as long as the holder holds the lock.
+	c := newCluster(t, 3, nil, nil)
+	c.down(true, 2)
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin", TTL: holdTTL})
+	c.down(false, 2)
+
+	before := c.nodes[2].acquires.Load()
+	_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "spin", TTL: holdTTL, Wait: 500 * time.Millisecond})
+	if !errors.Is(err, lockcore.ErrTaken) {
+		t.Fatalf("err = %v, want ErrTaken", err)
+	}
+	// One attempt, then sleeping until the holder's TTL or the wait runs
+	// out; a few more are tolerable, hundreds are a busy loop.
+	if attempts := c.nodes[2].acquires.Load() - before; attempts > 5 {
+		t.Fatalf("the waiter made %d attempts in 500ms while the lock was held", attempts)
+	}
+}
+
+func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
+	// As above, with a waiter on each of two replicas: each one's failed
+	// attempt releases the free node, which the nodes announce to the other.
+	c := newCluster(t, 3, nil, nil)
+	c.down(true, 2)
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin2", TTL: holdTTL})
+	c.down(false, 2)
+
+	before := c.nodes[2].acquires.Load()
+	out := make(chan acquired, 2)
+	for i, rl := range []*lockcore.Redlock{c.rl, c.replica(t, nil)} {
+		startWaiter(context.Background(), rl, i, lockcore.AcquireRequest{Resource: "spin2", TTL: holdTTL, Wait: 500 * time.Millisecond}, out)
+	}
+	for range 2 {
+		if r := next(t, out, wakeBound); !errors.Is(r.err, lockcore.ErrTaken) {
+			t.Fatalf("waiter %d: err = %v, want ErrTaken", r.i, r.err)
+		}
+	}
+	// Each hears the other's undo, so they keep trying, but each pauses at
+	// least 5ms between attempts: at most about 200 in 500ms, where a busy
+	// loop makes tens of thousands.
+	if attempts := c.nodes[2].acquires.Load() - before; attempts > 250 {
+		t.Fatalf("two waiters made %d attempts in 500ms while the lock was held", attempts)
+	}
+}

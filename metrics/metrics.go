@@ -1,0 +1,193 @@
+// Package metrics is lockgate's Prometheus instrumentation: request counts
+// by operation and outcome, latency histograms, per-node call latency and
+// errors, waiters, quorum failures and fencing write-backs.
+//
+// A *Metrics is a lockcore.Observer (set it as lockcore.Options.Observer),
+// its Request method is a handlers.Options.OnRequest hook, and Handler serves
+// everything at GET /metrics. No metric has a resource, lease or token label:
+// every label takes a small, fixed set of values (operations, outcomes, and
+// the configured node names), so the number of series stays bounded however
+// many locks clients use.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Metrics holds lockgate's collectors on their own registry. It is safe for
+// concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	nodeDuration *prometheus.HistogramVec
+	nodeErrors   *prometheus.CounterVec
+	quorum       *prometheus.CounterVec
+	fenced       prometheus.Counter
+}
+
+var _ lockcore.Observer = (*Metrics)(nil)
+
+// Operations and outcomes known in advance: their series exist (at 0) from
+// the start, so rate() and alerts work before the first occurrence.
+var (
+	lockOps    = []string{"acquire", "extend", "release", "inspect"}
+	quorumOps  = []string{"acquire", "fence", "extend", "release", "inspect", "ping"}
+	preOutcome = map[string][]string{
+		"acquire": {"acquired", "reentered", "taken", "timed_out", "no_quorum", "bad_request", "too_many_waiters"},
+		"extend":  {"extended", "not_held", "held_by_other", "token_mismatch", "no_quorum", "bad_request"},
+		"release": {"released", "not_held", "held_by_other", "token_mismatch", "no_quorum", "bad_request"},
+	}
+)
+
+// New returns Metrics on a new registry that also carries the Go runtime and
+// process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_requests_total",
+			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
+		}, []string{"op", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgate_request_duration_seconds",
+			Help:    "HTTP request latency by operation, from the first byte read to the answer written; an acquire that waits includes its wait.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"op"}),
+		nodeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "lockgate_node_call_duration_seconds",
+			Help:    "Latency of each call to one lock node (Redis master) by node and operation (acquire, extend, release, fence, inspect, ping), failed calls included.",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
+		}, []string{"node", "op"}),
+		nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_node_call_errors_total",
+			Help: "Failed calls to one lock node by node, operation and kind: timeout (the per-node timeout ran out), canceled (the client left), error (anything else: refused, reset, script error).",
+		}, []string{"node", "op", "kind"}),
+		quorum: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockgate_quorum_failures_total",
+			Help: "Operations that ended because fewer than a quorum of nodes answered, by operation (acquire, fence, extend, release, inspect, ping).",
+		}, []string{"op"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockgate_fence_writebacks_total",
+			Help: "Acquisitions whose fencing token fewer than a quorum of nodes already had, so the gateway raised the other nodes' counters before answering.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.nodeDuration, m.nodeErrors, m.quorum, m.fenced,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, op := range lockOps {
+		m.duration.WithLabelValues(op)
+		for _, outcome := range preOutcome[op] {
+			m.requests.WithLabelValues(op, outcome)
+		}
+	}
+	for _, op := range quorumOps {
+		m.quorum.WithLabelValues(op)
+	}
+	return m
+}
+
+// Registry is the registry the collectors are on, for adding more.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves every metric in the Prometheus text exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Waiters exports, as the gauge lockgate_waiters, the number of acquires
+// waiting for a held lock, read from waiting (e.g. (*lockcore.Redlock).Waiting)
+// at every scrape. Call it at most once.
+func (m *Metrics) Waiters(waiting func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_waiters",
+		Help: "Acquire requests waiting for a held lock on this replica right now.",
+	}, func() float64 { return float64(waiting()) }))
+}
+
+// Nodes exports the configured node count and quorum as the gauges
+// lockgate_nodes and lockgate_quorum, and creates the per-node series at 0 so
+// that a node that never fails still has an error counter to alert on.
+// Call it at most once.
+func (m *Metrics) Nodes(names []string, quorum int) {
+	nodes := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_nodes", Help: "Lock nodes (Redis masters) configured."})
+	q := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_quorum", Help: "Nodes that must agree: nodes/2+1."})
+	nodes.Set(float64(len(names)))
+	q.Set(float64(quorum))
+	m.reg.MustRegister(nodes, q)
+	for _, n := range names {
+		for _, op := range []string{"acquire", "release", "ping"} {
+			for _, kind := range []string{"timeout", "error"} {
+				m.nodeErrors.WithLabelValues(n, op, kind)
+			}
+		}
+	}
+}
+
+// Request records one HTTP request: the operation it was for, its outcome,
+// the status answered and how long it took. It is the shape of
+// handlers.Options.OnRequest.
+func (m *Metrics) Request(op, outcome string, status int, d time.Duration) {
+	if outcome == "" {
+		outcome = outcomeOf(status)
+	}
+	m.requests.WithLabelValues(op, outcome).Inc()
+	m.duration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// outcomeOf names the outcome of a request that recorded none.
+func outcomeOf(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "unauthorized"
+	case status == http.StatusForbidden:
+		return "forbidden"
+	case status >= 200 && status < 400:
+		return "ok"
+	case status >= 400 && status < 500:
+		return "client_error_" + strconv.Itoa(status)
+	default:
+		return "server_error"
+	}
+}
+
+// NodeCall records one call to one node (lockcore.Observer).
+func (m *Metrics) NodeCall(node, op string, d time.Duration, err error) {
+	m.nodeDuration.WithLabelValues(node, op).Observe(d.Seconds())
+	if err != nil {
+		m.nodeErrors.WithLabelValues(node, op, errorKind(err)).Inc()
+	}
+}
+
+// errorKind sorts a node error into timeout, canceled or error.
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	default:
+		return "error"
+	}
+}
+
+// QuorumFailed counts an operation that found no quorum (lockcore.Observer).
+func (m *Metrics) QuorumFailed(op string) { m.quorum.WithLabelValues(op).Inc() }
+
+// Fenced counts a fencing write-back (lockcore.Observer).
+func (m *Metrics) Fenced() { m.fenced.Inc() }
