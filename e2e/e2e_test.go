@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 var (
@@ -67,26 +68,9 @@ func TestMain(m *testing.M) {
 // proc is a running binary with its captured log.
 type proc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testlog.Buffer
 	base string
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freeAddr(t *testing.T) string {
@@ -104,7 +88,7 @@ func freeAddr(t *testing.T) string {
 func start(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
-	p := &proc{log: &syncBuffer{}, base: "http://" + addr, done: make(chan struct{})}
+	p := &proc{log: &testlog.Buffer{}, base: "http://" + addr, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"-addr", addr}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no LOCKGATE_* from the caller

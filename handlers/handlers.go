@@ -6,6 +6,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -94,7 +95,16 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, apiNotFound, "no such route: "+r.URL.Path)
 	})
+	router := r
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		// RFC 9110 §15.5.6: a 405 lists the methods the resource supports.
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		problem(w, r, http.StatusMethodNotAllowed, apiMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 	})
 

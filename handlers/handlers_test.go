@@ -28,8 +28,10 @@ import (
 	lockgate "github.com/lockgate/lockgate"
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/internal/testlog"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
 // Every response a test sees goes through checkContract: it must be one the
@@ -392,94 +394,53 @@ func await(t *testing.T, ch <-chan answer, limit time.Duration, what string) ans
 	}
 }
 
-// spyNode is an in-memory node that reports every acquisition it refuses
-// because another lease holds the lock. A waiting Acquire joins its queue
-// before its first attempt, so a refusal means a waiter is in the queue: the
-// tests know that without sleeping.
-type spyNode struct {
-	*memnode.Node // keeps Watch: releases are announced as in production
-	refused       chan string
-}
+// waiterSpy hears of every acquisition its node refuses because another
+// lease holds the lock. A waiting Acquire joins its queue before its first
+// attempt, so a refusal means a waiter is in the queue: the tests know that
+// without sleeping.
+type waiterSpy struct{ refused chan string }
 
-func (n *spyNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	rep, err := n.Node.Acquire(ctx, req)
-	if err == nil && rep.Status == lockcore.StatusTaken {
-		select {
-		case n.refused <- req.Resource:
-		default:
-		}
-	}
-	return rep, err
-}
-
-// awaitWaiter blocks until a waiter has been refused on the spy node.
-func (n *spyNode) awaitWaiter(t *testing.T) {
+// awaitWaiter blocks until a waiter has been refused on the spy's node.
+func (s *waiterSpy) awaitWaiter(t *testing.T) {
 	t.Helper()
 	select {
-	case <-n.refused:
+	case <-s.refused:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no waiter made an attempt within 10s")
 	}
 }
 
-// spyGateway runs over a spy node and two plain in-memory nodes.
-func spyGateway(t *testing.T, core *lockcore.Options, opts *handlers.Options) (*gateway, *spyNode) {
-	spy := &spyNode{Node: memnode.New(nil), refused: make(chan string, 64)}
-	return newGateway(t, append([]lockcore.Node{spy}, memNodes(2, nil)...), core, opts), spy
+// spyGateway runs over a spied-on node and two plain in-memory nodes.
+func spyGateway(t *testing.T, core *lockcore.Options, opts *handlers.Options) (*gateway, *waiterSpy) {
+	spy := &waiterSpy{refused: make(chan string, 64)}
+	// The wrapper keeps memnode's Watch: releases are announced as in
+	// production.
+	node := nodetest.NewFaulty(memnode.New(nil))
+	node.SetAfterAcquire(func(req lockcore.NodeAcquire, rep lockcore.NodeReply) {
+		if rep.Status == lockcore.StatusTaken {
+			select {
+			case spy.refused <- req.Resource:
+			default:
+			}
+		}
+	})
+	return newGateway(t, append([]lockcore.Node{node}, memNodes(2, nil)...), core, opts), spy
 }
 
-// downNode is a node that never answers.
-type downNode struct{ name string }
-
+// errDown is the error of a node that is down.
 var errDown = errors.New("connection refused")
 
-func (n downNode) Acquire(context.Context, lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	return lockcore.NodeReply{}, errDown
+// downNode returns a node named name that fails every call with errDown.
+func downNode(name string) lockcore.Node {
+	n := nodetest.NewFaulty(memnode.New(&memnode.Options{Name: name}))
+	n.SetDown(errDown)
+	return n
 }
 
-func (n downNode) Extend(context.Context, string, string, time.Duration) (lockcore.NodeReply, error) {
-	return lockcore.NodeReply{}, errDown
-}
-
-func (n downNode) Release(context.Context, string, string, string) (lockcore.NodeReply, error) {
-	return lockcore.NodeReply{}, errDown
-}
-
-func (n downNode) RaiseFence(context.Context, string, string, int64) error { return errDown }
-
-func (n downNode) Inspect(context.Context, string) (lockcore.NodeLock, error) {
-	return lockcore.NodeLock{}, errDown
-}
-
-func (n downNode) Ping(context.Context) error { return errDown }
-func (n downNode) String() string             { return n.name }
-
-// fakeClock is a clock the test moves by hand, shared by the nodes and the
-// Redlock, so TTLs, validities and Retry-After are exact.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// clockGateway runs over three in-memory nodes on a fake clock.
-func clockGateway(t *testing.T) (*gateway, *fakeClock) {
-	c := newFakeClock()
+// clockGateway runs over three in-memory nodes on a fake clock, shared by
+// the nodes and the Redlock, so TTLs, validities and Retry-After are exact.
+func clockGateway(t *testing.T) (*gateway, *nodetest.Clock) {
+	c := nodetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	return newGateway(t, memNodes(3, &memnode.Options{Now: c.Now}), &lockcore.Options{Clock: c}, nil), c
 }
 
@@ -850,7 +811,7 @@ func TestAcquireWaiting(t *testing.T) {
 	})
 
 	t.Run("a client that leaves while waiting takes no lock and does not block the next waiter", func(t *testing.T) {
-		var logs syncBuffer
+		var logs testlog.Buffer
 		log := zerolog.New(&logs)
 		finished := make(chan string, 8)
 		g, spy := spyGateway(t, nil, &handlers.Options{Logger: &log})
@@ -900,7 +861,7 @@ func TestAcquireWaiting(t *testing.T) {
 
 func TestNoQuorum(t *testing.T) {
 	t.Parallel()
-	nodes := []lockcore.Node{memnode.New(nil), downNode{"down-1"}, downNode{"down-2"}}
+	nodes := []lockcore.Node{memnode.New(nil), downNode("down-1"), downNode("down-2")}
 	g := newGateway(t, nodes, nil, nil)
 	for _, tc := range []struct {
 		name, method, body string
@@ -936,7 +897,7 @@ func TestNoQuorum(t *testing.T) {
 func TestHealth(t *testing.T) {
 	t.Parallel()
 	// One node of three down still leaves a quorum.
-	g := newGateway(t, append(memNodes(2, nil), downNode{"down"}), nil, nil)
+	g := newGateway(t, append(memNodes(2, nil), downNode("down")), nil, nil)
 	for _, tc := range []struct{ target, status string }{{"/healthz", "ok"}, {"/readyz", "ready"}} {
 		res := g.do(t, GET, tc.target, "")
 		var h api.Health
@@ -1208,6 +1169,13 @@ func TestRoutesOutsideTheLocks(t *testing.T) {
 			wantProblem(t, g.do(t, tc.method, tc.target, ""), tc.status, tc.typ)
 		})
 	}
+
+	// RFC 9110: a 405 lists the methods the resource supports.
+	for target, want := range map[string]string{"/locks/x": "GET, PUT, PATCH, DELETE", "/healthz": "GET"} {
+		if res := g.do(t, POST, target, ""); res.Header.Get("Allow") != want {
+			t.Errorf("POST %s: Allow %q, want %q", target, res.Header.Get("Allow"), want)
+		}
+	}
 }
 
 func TestAccessLogNeverShowsLeaseIDs(t *testing.T) {
@@ -1308,23 +1276,4 @@ func TestHostileInputIsRefusedWithAProblem(t *testing.T) {
 	// None of it took a lock or disturbed the held one.
 	wantProblem(t, g.do(t, GET, "/locks/r", ""), http.StatusNotFound, api.ProblemNotHeld)
 	wantLease(t, g.do(t, PATCH, "/locks/held", "", api.HeaderLeaseID, l.LeaseID), http.StatusOK, "held")
-}
-
-// syncBuffer is a bytes.Buffer for a logger that real servers write to from
-// their own goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

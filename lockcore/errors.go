@@ -31,7 +31,7 @@ var (
 	// ErrClosed means the Redlock is shutting down; waits end with it.
 	ErrClosed = errors.New("lockcore: shutting down")
 	// ErrTooManyWaiters means the replica already has its maximum number of
-	// waiters. Returned errors are *TakenError-like with a retry hint.
+	// waiters (Options.MaxWaiters).
 	ErrTooManyWaiters = errors.New("lockcore: too many waiters")
 )
 
@@ -41,6 +41,9 @@ type TakenError struct {
 	// RetryAfter is the holder's remaining TTL as the nodes reported it: the
 	// lock frees itself by then unless it is extended.
 	RetryAfter time.Duration
+	// granted is how many nodes granted the failed attempt: more than none
+	// means a split vote or a minority the holder does not have.
+	granted int
 }
 
 func (e *TakenError) Error() string {

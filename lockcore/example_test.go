@@ -164,6 +164,6 @@ func ExampleNew() {
 	_, err = lockcore.New([]lockcore.Node{memnode.New(nil)}, &lockcore.Options{MinTTL: 2 * time.Hour})
 	fmt.Println(errors.Is(err, lockcore.ErrInvalid))
 	// Output:
-	// lockcore: invalid nodes: at least one node is needed
+	// lockcore: invalid nodes: between 1 and 63 nodes are needed
 	// true
 }

@@ -6,75 +6,16 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
-// switchNode is a memnode that can be switched off (every call fails at
-// once) or made to hang (every call waits for its context).
-type switchNode struct {
-	lockcore.Node
-	down, hang atomic.Bool
-}
-
+// errSwitchedOff is the error of a node the tests switch off.
 var errSwitchedOff = errors.New("switched off")
-
-func (n *switchNode) fail(ctx context.Context) error {
-	if n.hang.Load() {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	if n.down.Load() {
-		return errSwitchedOff
-	}
-	return nil
-}
-
-func (n *switchNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	if err := n.fail(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return n.Node.Acquire(ctx, req)
-}
-
-func (n *switchNode) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	if err := n.fail(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return n.Node.Extend(ctx, resource, lease, ttl)
-}
-
-func (n *switchNode) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
-	if err := n.fail(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return n.Node.Release(ctx, resource, lease, notice)
-}
-
-func (n *switchNode) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
-	if err := n.fail(ctx); err != nil {
-		return err
-	}
-	return n.Node.RaiseFence(ctx, resource, lease, token)
-}
-
-func (n *switchNode) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
-	if err := n.fail(ctx); err != nil {
-		return lockcore.NodeLock{}, err
-	}
-	return n.Node.Inspect(ctx, resource)
-}
-
-func (n *switchNode) Ping(ctx context.Context) error {
-	if err := n.fail(ctx); err != nil {
-		return err
-	}
-	return n.Node.Ping(ctx)
-}
 
 type nodeCall struct {
 	node, op string
@@ -119,12 +60,14 @@ func (o *spyObserver) take() (calls []nodeCall, quorum []string, fenced int) {
 	return calls, quorum, fenced
 }
 
-func observed(t *testing.T) (*lockcore.Redlock, []*switchNode, *spyObserver) {
+// observed returns a Redlock over three in-memory nodes, n1 to n3, behind
+// fault-injecting wrappers, and the spy it reports to.
+func observed(t *testing.T) (*lockcore.Redlock, []*nodetest.Faulty, *spyObserver) {
 	t.Helper()
 	var nodes []lockcore.Node
-	var sw []*switchNode
+	var sw []*nodetest.Faulty
 	for _, name := range []string{"n1", "n2", "n3"} {
-		n := &switchNode{Node: memnode.New(&memnode.Options{Name: name})}
+		n := nodetest.NewFaulty(memnode.New(&memnode.Options{Name: name}))
 		nodes, sw = append(nodes, n), append(sw, n)
 	}
 	spy := &spyObserver{}
@@ -181,8 +124,8 @@ func TestObserverSeesQuorumFailuresAndNodeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	spy.take()
-	sw[0].down.Store(true)
-	sw[1].hang.Store(true)
+	sw[0].SetDown(errSwitchedOff)
+	sw[1].SetHang(true)
 
 	steps := []struct {
 		op string
@@ -235,7 +178,11 @@ func TestObserverSeesFencingWriteBacks(t *testing.T) {
 	take := func(down int) int64 {
 		t.Helper()
 		for i, n := range sw {
-			n.down.Store(i == down)
+			if i == down {
+				n.SetDown(errSwitchedOff)
+			} else {
+				n.SetDown(nil)
+			}
 		}
 		l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "f", TTL: time.Second})
 		if err != nil {

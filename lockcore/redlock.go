@@ -90,8 +90,8 @@ type Redlock struct {
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
 // no nodes or the options contradict each other.
 func New(nodes []Node, opts *Options) (*Redlock, error) {
-	if len(nodes) == 0 {
-		return nil, &InvalidError{Field: "nodes", Reason: "at least one node is needed"}
+	if len(nodes) == 0 || len(nodes) > 63 {
+		return nil, &InvalidError{Field: "nodes", Reason: "between 1 and 63 nodes are needed"}
 	}
 	o := opts.withDefaults()
 	if o.MinTTL > o.MaxTTL {
@@ -271,7 +271,8 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 		return nil, err
 	}
 	if req.Wait == 0 {
-		return r.tryAcquire(ctx, req, newNotice())
+		lease, err := r.tryAcquire(ctx, req)
+		return r.handOver(ctx, lease, err)
 	}
 	return r.waits.acquire(ctx, req)
 }
@@ -335,8 +336,7 @@ func count(results []nodeResult, okStatus ...NodeStatus) tally {
 func (t tally) answered() int { return t.ok + t.taken + t.absent }
 
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
-// The undo, if any, announces undoNotice (see waitRoom.acquire).
-func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest, undoNotice string) (*Lease, error) {
+func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
 	start := r.opt.Clock.Now()
 	na := NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner}
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
@@ -347,7 +347,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest, undoNotice
 
 	fail := func(err error) (*Lease, error) {
 		r.quorumFailed(err)
-		r.undoAcquire(ctx, req, results, reentered, undoNotice)
+		r.undoAcquire(ctx, req, results, reentered)
 		if ctx.Err() != nil {
 			return nil, errors.Join(ctx.Err(), err)
 		}
@@ -359,7 +359,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest, undoNotice
 		case t.answered() < r.quorum:
 			return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
 		default:
-			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.maxPTTL})
+			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.maxPTTL, granted: t.ok})
 		}
 	}
 	if t.maxToken <= 0 || t.maxToken > MaxToken {
@@ -417,7 +417,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 // released too, unless this was a retry by a lease that already held the
 // lock somewhere: then the lease keeps what it had, and the fresh grants
 // expire with the TTL.
-func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool, notice string) {
+func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool) {
 	if reentered {
 		return
 	}
@@ -432,12 +432,22 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 	}
 	// The caller's context may be what ended the attempt; the undo must run.
 	uctx := context.WithoutCancel(ctx)
+	notice := newNotice()
 	results = r.fanout(uctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return n.Release(ctx, req.Resource, req.LeaseID, notice)
 	})
-	if count(results, StatusOK).ok > 0 {
-		r.waits.announce(req.Resource, notice)
+	r.waits.announce(req.Resource, notice, released(results))
+}
+
+// released returns the set of nodes whose release succeeded, as a bit mask.
+func released(results []nodeResult) uint64 {
+	var mask uint64
+	for _, res := range results {
+		if res.err == nil && res.reply.Status == StatusOK {
+			mask |= 1 << res.i
+		}
 	}
+	return mask
 }
 
 // Extend resets a held lock's TTL on a majority of nodes.
@@ -507,9 +517,7 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 		return n.Release(ctx, req.Resource, req.LeaseID, notice)
 	})
 	t := count(results, StatusOK)
-	if t.ok > 0 {
-		r.waits.announce(req.Resource, notice)
-	}
+	r.waits.announce(req.Resource, notice, released(results))
 	if err := r.verdict("release", req.Resource, t); err != nil {
 		return withCtx(ctx, err)
 	}

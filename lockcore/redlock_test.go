@@ -7,13 +7,12 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
 // Leases used across the tests: valid lease ids (16+ characters).
@@ -23,163 +22,17 @@ const (
 	leaseC = "lease-C-0123456789abcdef"
 )
 
+// errDown is the error of a node the tests switch off.
 var errDown = errors.New("test: node is down")
 
-// faultNode wraps a memnode and injects faults: a node that is down (every
-// call fails at once), one that hangs until the call's context ends, one that
-// grants an Acquire but whose reply is lost, a delay before every call, and a
-// hook that runs before each Acquire.
-type faultNode struct {
-	raw  *memnode.Node
-	name string
-
-	mu        sync.Mutex
-	down      bool
-	hang      bool
-	lateGrant bool
-	delay     time.Duration
-	onAcquire func(lockcore.NodeAcquire) // before the node acquires
-	// afterAcquire runs once the node has answered an Acquire, before the
-	// reply is returned.
-	afterAcquire func(lockcore.NodeAcquire, lockcore.NodeReply)
-
-	acquires atomic.Int64 // Acquire calls seen, whatever their fate
-}
-
-var (
-	_ lockcore.Node    = (*faultNode)(nil)
-	_ lockcore.Watcher = (*faultNode)(nil)
-)
-
-func (f *faultNode) set(fn func(f *faultNode)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fn(f)
-}
-
-func (f *faultNode) setDown(down bool) { f.set(func(f *faultNode) { f.down = down }) }
-
-// before applies the injected faults common to every call.
-func (f *faultNode) before(ctx context.Context) error {
-	f.mu.Lock()
-	down, hang, delay := f.down, f.hang, f.delay
-	f.mu.Unlock()
-	if down {
-		return errDown
-	}
-	if hang {
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-func (f *faultNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	f.acquires.Add(1)
-	f.mu.Lock()
-	hook, late := f.onAcquire, f.lateGrant
-	f.mu.Unlock()
-	if hook != nil {
-		hook(req)
-	}
-	if err := f.before(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	if late {
-		// The node grants, but the reply never arrives in time.
-		_, _ = f.raw.Acquire(context.Background(), req)
-		<-ctx.Done()
-		return lockcore.NodeReply{}, ctx.Err()
-	}
-	f.mu.Lock()
-	after := f.afterAcquire
-	f.mu.Unlock()
-	rep, err := f.raw.Acquire(ctx, req)
-	if err == nil && after != nil {
-		after(req, rep)
-	}
-	return rep, err
-}
-
-func (f *faultNode) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	if err := f.before(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return f.raw.Extend(ctx, resource, lease, ttl)
-}
-
-func (f *faultNode) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
-	if err := f.before(ctx); err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return f.raw.Release(ctx, resource, lease, notice)
-}
-
-func (f *faultNode) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
-	if err := f.before(ctx); err != nil {
-		return err
-	}
-	return f.raw.RaiseFence(ctx, resource, lease, token)
-}
-
-func (f *faultNode) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
-	if err := f.before(ctx); err != nil {
-		return lockcore.NodeLock{}, err
-	}
-	return f.raw.Inspect(ctx, resource)
-}
-
-func (f *faultNode) Ping(ctx context.Context) error {
-	if err := f.before(ctx); err != nil {
-		return err
-	}
-	return f.raw.Ping(ctx)
-}
-
-func (f *faultNode) Watch(ctx context.Context, resource string, notify func(string)) (func(), error) {
-	if err := f.before(ctx); err != nil {
-		return nil, err
-	}
-	return f.raw.Watch(ctx, resource, notify)
-}
-
-func (f *faultNode) String() string { return f.name }
-
-// fakeClock is a lockcore.Clock (and a memnode clock) that moves only when
-// told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// fakeStart is where the tests' fake clocks start.
+var fakeStart = time.Unix(1_700_000_000, 0)
 
 // cluster is a Redlock over fault-injecting wrappers of in-memory nodes.
 type cluster struct {
 	rl    *lockcore.Redlock
 	raw   []*memnode.Node
-	nodes []*faultNode
+	nodes []*nodetest.Faulty
 }
 
 // newCluster builds n nodes and a Redlock over them. nodeNow, when not nil,
@@ -195,7 +48,7 @@ func newCluster(t testing.TB, n int, opts *lockcore.Options, nodeNow func() time
 	for i := range n {
 		raw := memnode.New(&memnode.Options{Name: fmt.Sprintf("node-%c", 'A'+i), Now: nodeNow})
 		c.raw = append(c.raw, raw)
-		c.nodes = append(c.nodes, &faultNode{raw: raw, name: raw.String()})
+		c.nodes = append(c.nodes, nodetest.NewFaulty(raw))
 	}
 	c.rl = c.replica(t, opts)
 	return c
@@ -227,7 +80,11 @@ func (c *cluster) replica(t testing.TB, opts *lockcore.Options) *lockcore.Redloc
 // down marks the nodes at the given indexes down (or up again).
 func (c *cluster) down(down bool, idx ...int) {
 	for _, i := range idx {
-		c.nodes[i].setDown(down)
+		if down {
+			c.nodes[i].SetDown(errDown)
+		} else {
+			c.nodes[i].SetDown(nil)
+		}
 	}
 }
 
@@ -380,8 +237,8 @@ func TestAcquireQuorumMasks(t *testing.T) {
 func TestAcquireReleasesGrantsWhoseReplyWasLost(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: time.Second}, nil)
-	c.nodes[1].set(func(f *faultNode) { f.lateGrant = true })
-	c.nodes[2].set(func(f *faultNode) { f.lateGrant = true })
+	c.nodes[1].SetLateGrant(true)
+	c.nodes[2].SetLateGrant(true)
 
 	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "late", LeaseID: leaseA, TTL: 10 * time.Second})
 	if !errors.Is(err, lockcore.ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
@@ -391,7 +248,7 @@ func TestAcquireReleasesGrantsWhoseReplyWasLost(t *testing.T) {
 	c.assertNotHolding(t, "late", leaseA)
 
 	// One late node of three: acquired by the other two.
-	c.nodes[2].set(func(f *faultNode) { f.lateGrant = false })
+	c.nodes[2].SetLateGrant(false)
 	lease, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "late", LeaseID: leaseA, TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -420,10 +277,10 @@ func TestValidity(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			clk := newFakeClock()
+			clk := nodetest.NewClock(fakeStart)
 			c := newCluster(t, 3, &lockcore.Options{Clock: clk, DriftFactor: tc.drift}, nil)
 			// One node's answer arrives after tc.spent on the Redlock's clock.
-			c.nodes[1].set(func(f *faultNode) { f.onAcquire = func(lockcore.NodeAcquire) { clk.Advance(tc.spent) } })
+			c.nodes[1].SetBeforeAcquire(func(lockcore.NodeAcquire) { clk.Advance(tc.spent) })
 			start := clk.Now()
 
 			lease, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "v", LeaseID: leaseA, TTL: ttl})
@@ -444,7 +301,7 @@ func TestValidity(t *testing.T) {
 				t.Fatalf("expires = %v, want %v", lease.Expires, want)
 			}
 			// Extend takes no time on the fake clock: TTL − drift.
-			c.nodes[1].set(func(f *faultNode) { f.onAcquire = nil })
+			c.nodes[1].SetBeforeAcquire(nil)
 			ext, err := c.rl.Extend(ctx, lockcore.ExtendRequest{Resource: "v", LeaseID: leaseA, TTL: 2 * ttl})
 			if err != nil {
 				t.Fatal(err)
@@ -463,7 +320,7 @@ func TestValidityOnTheRealClock(t *testing.T) {
 	const ttl, delay = 5 * time.Second, 100 * time.Millisecond
 	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 2 * time.Second, MinTTL: ttl}, nil)
 	for _, n := range c.nodes {
-		n.set(func(f *faultNode) { f.delay = delay })
+		n.SetDelay(delay)
 	}
 	lease, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "slow", TTL: ttl})
 	if err != nil {
@@ -477,11 +334,11 @@ func TestValidityOnTheRealClock(t *testing.T) {
 func TestNodeSlowerThanNodeTimeoutCountsAsDown(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: time.Second}, nil)
-	c.nodes[0].set(func(f *faultNode) { f.hang = true })
+	c.nodes[0].SetHang(true)
 	if _, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "hang", TTL: time.Second}); err != nil {
 		t.Fatalf("one hanging node of three: %v", err)
 	}
-	c.nodes[1].set(func(f *faultNode) { f.hang = true })
+	c.nodes[1].SetHang(true)
 	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "hang2", TTL: time.Second})
 	var qe *lockcore.QuorumError
 	if !errors.As(err, &qe) || !errors.Is(err, context.DeadlineExceeded) || qe.Answered != 1 {
@@ -633,7 +490,7 @@ func TestAcquireRetryWithTheSameLeaseIsIdempotent(t *testing.T) {
 
 func TestExtend(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock() // expires the nodes' locks
+	clk := nodetest.NewClock(fakeStart) // expires the nodes' locks
 	c := newCluster(t, 3, nil, clk.Now)
 	acq := func(res, lease string, ttl time.Duration) *lockcore.Lease {
 		t.Helper()
@@ -923,7 +780,7 @@ func TestInputValidation(t *testing.T) {
 		})
 	}
 	for _, n := range c.nodes {
-		if got := n.acquires.Load(); got != 6 {
+		if got := n.Acquires(); got != 6 {
 			t.Fatalf("node %v saw %d acquires; only the 6 valid requests may reach the nodes", n, got)
 		}
 	}
@@ -1014,10 +871,8 @@ func TestContextCancellation(t *testing.T) {
 		c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 10 * time.Second, MinTTL: 30 * time.Second}, nil)
 		reached := make(chan struct{}, 3)
 		for _, n := range c.nodes {
-			n.set(func(f *faultNode) {
-				f.lateGrant = true // grants, then no reply until ctx ends
-				f.onAcquire = func(lockcore.NodeAcquire) { reached <- struct{}{} }
-			})
+			n.SetLateGrant(true) // grants, then no reply until ctx ends
+			n.SetBeforeAcquire(func(lockcore.NodeAcquire) { reached <- struct{}{} })
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

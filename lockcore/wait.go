@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -14,26 +15,32 @@ import (
 // Waiters on one Redlock (one gateway replica) queue per resource in arrival
 // order. Only the head of a queue tries to acquire; the others sleep until
 // they become the head. The head tries again when
-//   - a release is announced: by this replica's own Release, or by a node
-//     (Watcher) whose release script publishes a notice, or
+//   - a release is announced on a quorum of nodes: by this replica's own
+//     Release (it knows which nodes released), or by the nodes themselves
+//     (Watcher), whose release script publishes the release's notice;
 //   - the holder's remaining TTL, learnt from the failed attempt, runs out:
-//     an expiry is announced by nobody.
+//     an expiry is announced by nobody;
+//   - its own attempt was granted by some nodes but not a quorum (a split
+//     vote with a waiter on another replica, or a minority of nodes the
+//     holder never got): then after a short random pause that doubles with
+//     each such failure in a row, as Redlock prescribes for split votes.
 //
 // A queue subscribes to its resource on every Watcher node once, when its
-// first waiter arrives and before that waiter's first attempt, so a release
+// first waiter arrives and before that waiter's next attempt, so a release
 // between a failed attempt and the subscription cannot be missed; the
-// subscription ends when the queue empties. Each release carries a random
-// notice announced by every node it was released on, so it wakes the head
-// once, not once per node; once per attempt, rather: a release still under
-// way on other nodes when the head tries must wake it again. The undo of the
-// head's own failed attempt wakes nobody in its queue. After a failed
-// attempt the head pauses a few random milliseconds, so that heads on
-// different replicas, which hear each other's undos, do not retry in a loop.
+// subscription ends when the queue empties. Each Release call carries a
+// random notice that every node announces as it deletes its copy of the
+// lock. The queue counts which nodes announced a notice and wakes its head
+// once, when a quorum has: by then the lock is free on a quorum, so the head
+// does not wake to find it still held on nodes the release has not reached.
+// Undoing a failed attempt releases a minority of nodes and wakes nobody.
 //
-// A new Acquire that waits joins the tail of a non-empty queue without trying
-// first, so the releaser of a lock that others wait for cannot take it back
-// ahead of them. Across replicas there is no queue: each replica's head tries
-// on the same announcement, and whichever reaches a majority first wins.
+// An Acquire that waits tries once before joining when nobody waits for the
+// resource on this replica (no subscription is needed for a free lock). It
+// joins the tail of a non-empty queue without trying first, so the releaser
+// of a lock that others wait for cannot take it back ahead of them. Across
+// replicas there is no queue: each replica's head tries on the same
+// announcement, and whichever reaches a majority first wins.
 
 type waitRoom struct {
 	r       *Redlock
@@ -49,10 +56,19 @@ type waitQueue struct {
 	waiters  *list.List // of *waiter, head first
 	stops    []func()
 	ready    chan struct{} // closed once the subscriptions are in place
-	seen     [8]string     // recent notices, to count each release once
+	notices  [8]heard      // recent release notices, newest at next-1
 	next     int
-	own      [8]string // notices of the head's own failed attempts' undos
-	nextOwn  int
+	// holderExpires is when the current holder's lock runs out, as far as
+	// this queue knows: the answer to a waiter whose wait runs out.
+	holderExpires time.Time
+}
+
+// heard tracks one release notice: which nodes announced it, and whether it
+// has woken the head yet.
+type heard struct {
+	notice string
+	nodes  uint64 // bit i: node i announced it
+	fired  bool
 }
 
 type waiter struct {
@@ -61,7 +77,8 @@ type waiter struct {
 	// released is set when a release was announced (or the head before this
 	// waiter left without the lock): the lock may be free, try now.
 	released bool
-	// retryAt is when the holder's TTL runs out, as far as this waiter knows.
+	// retryAt is when to try again without an announcement: the holder's
+	// expiry, or the end of a pause after a split vote.
 	retryAt time.Time
 }
 
@@ -114,19 +131,20 @@ func (wr *waitRoom) join(ctx context.Context, resource string) (*waitQueue, *lis
 }
 
 // subscribe watches resource on every Watcher node in parallel. A node that
-// cannot subscribe is skipped: its releases are then learnt from the TTL.
+// cannot subscribe is skipped: its releases are then learnt from the TTL, or
+// from the other nodes' announcements.
 func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue) []func() {
 	var (
 		mu    sync.Mutex
 		stops []func()
 		wg    sync.WaitGroup
 	)
-	notify := func(notice string) { wr.announce(q.resource, notice) }
-	for _, n := range wr.r.nodes {
+	for i, n := range wr.r.nodes {
 		wn, ok := n.(Watcher)
 		if !ok {
 			continue
 		}
+		notify := func(notice string) { wr.announce(q.resource, notice, 1<<i) }
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, wr.r.opt.NodeTimeout)
 			defer cancel()
@@ -144,8 +162,8 @@ func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue) []func() {
 }
 
 // leave removes a waiter. If it was the head, the next waiter becomes the
-// head and is woken to try (with hint as the holder's expiry when the leaver
-// just took the lock). The last waiter out ends the subscriptions.
+// head and is woken to try (or, when the leaver just took the lock, learns
+// that lock's expiry as hint). The last waiter out ends the subscriptions.
 func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	wr.mu.Lock()
 	wasHead := q.waiters.Front() == el
@@ -162,6 +180,7 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 			next.released = true
 		} else {
 			next.retryAt = hint
+			q.holderExpires = hint
 		}
 		next.poke()
 	}
@@ -171,26 +190,33 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	}
 }
 
-// announce wakes the head of resource's queue for a release, once per notice.
-func (wr *waitRoom) announce(resource, notice string) {
+// announce records that the nodes in mask released the lock on resource
+// under notice, and wakes the queue's head once the nodes that did so make a
+// quorum.
+func (wr *waitRoom) announce(resource, notice string, mask uint64) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	q := wr.queues[resource]
 	if q == nil {
 		return
 	}
-	for _, s := range q.own {
-		if s == notice {
-			return // an undo of our own attempt, not a release
+	h := (*heard)(nil)
+	for i := range q.notices {
+		if q.notices[i].notice == notice {
+			h = &q.notices[i]
+			break
 		}
 	}
-	for _, s := range q.seen {
-		if s == notice {
-			return
-		}
+	if h == nil {
+		h = &q.notices[q.next]
+		*h = heard{notice: notice}
+		q.next = (q.next + 1) % len(q.notices)
 	}
-	q.seen[q.next] = notice
-	q.next = (q.next + 1) % len(q.seen)
+	h.nodes |= mask
+	if h.fired || bits.OnesCount64(h.nodes) < wr.r.quorum {
+		return
+	}
+	h.fired = true
 	if front := q.waiters.Front(); front != nil {
 		w := front.Value.(*waiter)
 		w.released = true
@@ -218,76 +244,75 @@ func (wr *waitRoom) close() {
 func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
 	clock := wr.r.opt.Clock
 	deadline := clock.Now().Add(req.Wait)
+
+	wr.mu.Lock()
+	_, busy := wr.queues[req.Resource]
+	closed := wr.closed
+	wr.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	var taken *TakenError
+	if !busy {
+		// Nobody waits here: try once before paying for a subscription.
+		lease, err := wr.r.tryAcquire(ctx, req)
+		if !errors.As(err, &taken) {
+			return wr.r.handOver(ctx, lease, err)
+		}
+	}
+
 	q, el, err := wr.join(ctx, req.Resource)
 	if err != nil {
 		return nil, err
 	}
 	me := el.Value.(*waiter)
-	var lastTaken *TakenError
 	var hint time.Time
 	defer func() { wr.leave(q, el, hint) }()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	splits := 0 // failed attempts in a row that some nodes granted
 	for attempt := true; ; {
 		if attempt && wr.isHead(q, el) {
-			// If the attempt fails, its undo announces notice: that is not
-			// the holder's release and must not wake this waiter, or it
-			// would retry in a loop while the lock is held (on a quorum,
-			// with a free minority that each attempt takes and undoes).
-			notice := newNotice()
 			wr.mu.Lock()
 			me.released = false
-			q.own[q.nextOwn] = notice
-			q.nextOwn = (q.nextOwn + 1) % len(q.own)
-			// A release that woke this waiter may still be under way on
-			// other nodes, which this attempt may find held: their
-			// announcements of it must wake the waiter again.
-			clear(q.seen[:])
 			wr.mu.Unlock()
-			lease, err := wr.r.tryAcquire(ctx, req, notice)
-			switch {
-			case err == nil:
-				if ctx.Err() != nil {
-					// The caller left while we were acquiring: nobody will
-					// use this lock, so nobody must wait for it.
-					wr.r.releaseAbandoned(lease)
-					return nil, ctx.Err()
+			lease, err := wr.r.tryAcquire(ctx, req)
+			if !errors.As(err, &taken) {
+				lease, err = wr.r.handOver(ctx, lease, err)
+				if err == nil {
+					// The next waiter sleeps until this lease expires or is
+					// released; an abandoned lease is already released.
+					hint = lease.Expires
 				}
-				hint = lease.Expires
-				return lease, nil
-			case errors.As(err, &lastTaken):
-				wait := lastTaken.RetryAfter
-				if wait <= 0 {
-					wait = wr.r.opt.MinTTL
-				}
-				wr.mu.Lock()
-				// A release announced during the attempt leaves released
-				// set and a wake-up pending: the next round tries again.
-				me.retryAt = clock.Now().Add(wait + time.Millisecond)
-				wr.mu.Unlock()
-				// Heads on other replicas hear this attempt's undo and try
-				// at once, and this one hears theirs: pause a random moment
-				// before trying again, so that they do not take and undo
-				// the free nodes in a tight loop (and split votes clear).
-				if err := wr.pause(ctx, retryPause+rand.N(retryPause*4)); err != nil {
-					return nil, err
-				}
-			default:
-				return nil, err
+				return lease, err
 			}
+			now := clock.Now()
+			wr.mu.Lock()
+			wait := taken.RetryAfter
+			if wait <= 0 {
+				wait = wr.r.opt.MinTTL
+			}
+			q.holderExpires = now.Add(wait)
+			// A release announced during the attempt leaves released set
+			// and a wake-up pending: the next round tries again.
+			me.retryAt = q.holderExpires.Add(time.Millisecond)
+			if taken.granted > 0 {
+				splits++
+				me.retryAt = now.Add(splitPause(splits))
+			} else {
+				splits = 0
+			}
+			wr.mu.Unlock()
 		}
 		now := clock.Now()
+		wr.mu.Lock()
+		retryAt, expires := me.retryAt, q.holderExpires
+		wr.mu.Unlock()
 		if !now.Before(deadline) {
-			if lastTaken == nil {
-				lastTaken = &TakenError{Resource: req.Resource}
-			}
-			return nil, lastTaken
+			return nil, &TakenError{Resource: req.Resource, RetryAfter: max(0, expires.Sub(now))}
 		}
 		sleep := deadline.Sub(now)
-		wr.mu.Lock()
-		retryAt := me.retryAt
-		wr.mu.Unlock()
 		if !retryAt.IsZero() && retryAt.Sub(now) < sleep {
 			sleep = max(0, retryAt.Sub(now))
 		}
@@ -300,7 +325,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		case <-wr.closing:
 			return nil, ErrClosed
 		}
-		// Try when a release was announced or the holder's TTL ran out;
+		// Try when a release was announced or the retry time came;
 		// otherwise (a new expiry hint, or the deadline) just look again.
 		wr.mu.Lock()
 		attempt = me.released || (!me.retryAt.IsZero() && !clock.Now().Before(me.retryAt))
@@ -309,22 +334,23 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	}
 }
 
-// retryPause is the shortest pause of a waiter between a failed attempt and
-// the next; a random share of up to 4 times as much is added.
-const retryPause = 5 * time.Millisecond
+// splitPause is how long a head waits after its n-th failed attempt in a row
+// that some nodes granted: 2 ms doubled per failure up to about 1 s, with
+// ±50 % jitter so that competing replicas fall out of step.
+func splitPause(n int) time.Duration {
+	base := 2 * time.Millisecond << min(n-1, 9)
+	return base/2 + rand.N(base)
+}
 
-// pause sleeps for d unless ctx ends or the room closes.
-func (wr *waitRoom) pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-wr.closing:
-		return ErrClosed
+// handOver returns an acquisition's result to the caller, unless the caller
+// has left meanwhile: then nobody will use the lock, so nobody must wait for
+// it, and it is released at once.
+func (r *Redlock) handOver(ctx context.Context, lease *Lease, err error) (*Lease, error) {
+	if err == nil && ctx.Err() != nil {
+		r.releaseAbandoned(lease)
+		return nil, ctx.Err()
 	}
+	return lease, err
 }
 
 // releaseAbandoned releases a lease acquired for a caller that has gone.

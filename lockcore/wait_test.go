@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/lockcore"
 )
 
@@ -41,22 +41,7 @@ func startWaiter(ctx context.Context, rl *lockcore.Redlock, i int, req lockcore.
 // select. A waiter sleeps only once it is in its queue (before that it can
 // only wait for a mutex, or for its nodes while it is the head).
 func parkedWaiters() int {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, " [select") && strings.Contains(g, "lockcore_test.waitingAcquire(") {
-			count++
-		}
-	}
-	return count
+	return goroutines.Count(" [select", "lockcore_test.waitingAcquire(")
 }
 
 // waitParked waits until at least n waiters sleep in their queues.
@@ -189,6 +174,30 @@ func TestWaiterWakesOnExpiry(t *testing.T) {
 	}
 }
 
+func TestWaitRunsOutWithTheHoldersRemainingTTLAtThatMoment(t *testing.T) {
+	// The retry hint of a wait that runs out is the holder's TTL left when
+	// the answer is given, not when the waiter first looked; a waiter that
+	// never reached the head of the queue gets the same hint.
+	c := newCluster(t, 3, nil, nil)
+	const ttl, wait = 3 * time.Second, 1200 * time.Millisecond
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "hint", TTL: ttl})
+	out := make(chan acquired, 2)
+	for i := range 2 {
+		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: "hint", TTL: ttl, Wait: wait}, out)
+	}
+	for range 2 {
+		r := next(t, out, wakeBound)
+		var te *lockcore.TakenError
+		if !errors.As(r.err, &te) {
+			t.Fatalf("waiter %d: err = %v, want *TakenError", r.i, r.err)
+		}
+		// About 3s − 1.2s = 1.8s are left; the first look saw about 3s.
+		if te.RetryAfter < time.Second || te.RetryAfter > ttl-wait+100*time.Millisecond {
+			t.Fatalf("waiter %d: retry hint %v, want the TTL left at the end of the wait (about %v)", r.i, te.RetryAfter, ttl-wait)
+		}
+	}
+}
+
 func TestWaitRunsOutWithTakenError(t *testing.T) {
 	c := newCluster(t, 3, nil, nil)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL})
@@ -276,33 +285,39 @@ func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
 	answered := 0
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+
+	// Waiter 0 queues behind a holder: it tried once, joined, and sleeps.
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "abandon", TTL: holdTTL})
+	out := make(chan acquired, 2)
+	startWaiter(ctx, c.rl, 0, lockcore.AcquireRequest{Resource: "abandon", LeaseID: first, TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+
+	// From now on its attempt stops inside the nodes until the gate opens,
+	// and its caller gives up once every node has granted it.
 	for _, n := range c.nodes {
-		n.set(func(f *faultNode) {
-			f.onAcquire = func(req lockcore.NodeAcquire) {
-				if req.Lease == first {
-					reached <- struct{}{}
-					<-gate
-				}
+		n.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+			if req.Lease == first {
+				reached <- struct{}{}
+				<-gate
 			}
-			f.afterAcquire = func(req lockcore.NodeAcquire, _ lockcore.NodeReply) {
-				if req.Lease != first {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if answered++; answered == len(c.nodes) {
-					cancel() // every node granted; the caller leaves now
-				}
+		})
+		n.SetAfterAcquire(func(req lockcore.NodeAcquire, _ lockcore.NodeReply) {
+			if req.Lease != first {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if answered++; answered == len(c.nodes) {
+				cancel() // every node granted; the caller leaves now
 			}
 		})
 	}
-	out := make(chan acquired, 2)
-	startWaiter(ctx, c.rl, 0, lockcore.AcquireRequest{Resource: "abandon", LeaseID: first, TTL: holdTTL, Wait: longWait}, out)
+	mustRelease(t, c.rl, holder)
 	for range c.nodes {
 		<-reached // the head is attempting
 	}
 	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "abandon", LeaseID: waiterLease(1), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	waitParked(t, 1) // waiter 1 queues behind the head; the head is in the gate
 	close(gate)
 
 	r := next(t, out, wakeBound)
@@ -459,13 +474,11 @@ func TestNoLostWakeupWhenReleasedDuringTheAttempt(t *testing.T) {
 					lease := waiterLease(i)
 					var once sync.Once
 					relErr := make(chan error, 1)
-					c.nodes[node].set(func(f *faultNode) {
-						f.onAcquire = func(req lockcore.NodeAcquire) {
-							if req.Lease == lease {
-								once.Do(func() {
-									relErr <- releaser.Release(context.Background(), lockcore.ReleaseRequest{Resource: res, LeaseID: holder.ID})
-								})
-							}
+					c.nodes[node].SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+						if req.Lease == lease {
+							once.Do(func() {
+								relErr <- releaser.Release(context.Background(), lockcore.ReleaseRequest{Resource: res, LeaseID: holder.ID})
+							})
 						}
 					})
 					startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: res, LeaseID: lease, TTL: holdTTL, Wait: longWait}, out)
@@ -493,14 +506,16 @@ func TestWaiterDoesNotSpinWhileAMinorityIsFree(t *testing.T) {
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin", TTL: holdTTL})
 	c.down(false, 2)
 
-	before := c.nodes[2].acquires.Load()
+	before := c.nodes[2].Acquires()
 	_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "spin", TTL: holdTTL, Wait: 500 * time.Millisecond})
 	if !errors.Is(err, lockcore.ErrTaken) {
 		t.Fatalf("err = %v, want ErrTaken", err)
 	}
-	// One attempt, then sleeping until the holder's TTL or the wait runs
-	// out; a few more are tolerable, hundreds are a busy loop.
-	if attempts := c.nodes[2].acquires.Load() - before; attempts > 5 {
+	// Each attempt is granted by the free node, which looks like a split
+	// vote, so the waiter retries after a pause that doubles each time
+	// (2 ms, 4 ms, 8 ms, …): about 10 attempts in 500ms. A busy loop makes
+	// thousands.
+	if attempts := c.nodes[2].Acquires() - before; attempts > 16 {
 		t.Fatalf("the waiter made %d attempts in 500ms while the lock was held", attempts)
 	}
 }
@@ -513,7 +528,7 @@ func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin2", TTL: holdTTL})
 	c.down(false, 2)
 
-	before := c.nodes[2].acquires.Load()
+	before := c.nodes[2].Acquires()
 	out := make(chan acquired, 2)
 	for i, rl := range []*lockcore.Redlock{c.rl, c.replica(t, nil)} {
 		startWaiter(context.Background(), rl, i, lockcore.AcquireRequest{Resource: "spin2", TTL: holdTTL, Wait: 500 * time.Millisecond}, out)
@@ -523,10 +538,10 @@ func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
 			t.Fatalf("waiter %d: err = %v, want ErrTaken", r.i, r.err)
 		}
 	}
-	// Each hears the other's undo, so they keep trying, but each pauses at
-	// least 5ms between attempts: at most about 200 in 500ms, where a busy
-	// loop makes tens of thousands.
-	if attempts := c.nodes[2].acquires.Load() - before; attempts > 250 {
+	// Each hears the other's undo, but an undo releases one node, not a
+	// quorum, so it wakes nobody: each retries on its own doubling pause,
+	// about 10 attempts each in 500ms. A busy loop makes tens of thousands.
+	if attempts := c.nodes[2].Acquires() - before; attempts > 32 {
 		t.Fatalf("two waiters made %d attempts in 500ms while the lock was held", attempts)
 	}
 }

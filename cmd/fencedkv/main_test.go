@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/pgtest"
 	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -86,31 +87,13 @@ func TestHelpIsNotAnError(t *testing.T) {
 	}
 }
 
-// syncBuffer collects logs written while the server runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startRun runs fencedkv with args until the test ends. It returns the base
 // URL, the logs, and a function that stops the server and returns run's
 // error.
-func startRun(t *testing.T, args ...string) (string, *syncBuffer, func() error) {
+func startRun(t *testing.T, args ...string) (string, *testlog.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {

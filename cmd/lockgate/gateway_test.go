@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,36 +17,20 @@ import (
 
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/internal/testlog"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // gateway is run() serving on a free loopback port.
 type gateway struct {
 	base string
-	log  *syncBuffer
+	log  *testlog.Buffer
 }
 
 // startGateway runs the gateway with args and env until the test ends.
 func startGateway(t *testing.T, args []string, env map[string]string) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &gateway{log: &syncBuffer{}}
+	g := &gateway{log: &testlog.Buffer{}}
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {

@@ -1,6 +1,13 @@
-// Package nodetest is the conformance suite for lockcore.Node
-// implementations. Every node lockgate ships (memnode, redisnode) runs it; a
-// new node must pass it before lockcore can trust it.
+// Package nodetest holds test support for lockcore.Node implementations and
+// their users.
+//
+// Run is the conformance suite for lockcore.Node implementations. Every node
+// lockgate ships (memnode, redisnode) runs it; a new node must pass it before
+// lockcore can trust it.
+//
+// Faulty wraps a node to inject faults (down, hanging, slow, lost replies)
+// and to hook its acquisitions; Clock is a fake clock for a Redlock and its
+// nodes. Both are meant for tests only.
 package nodetest
 
 import (

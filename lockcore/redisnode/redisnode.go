@@ -15,6 +15,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,6 +76,9 @@ func New(rawURL string) (*Node, error) {
 	// call); one retry covers a pooled connection that died with a restart.
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = 1
+	// A refused dial is an answer: the node is down. go-redis would retry it
+	// 5 times, 100ms apart, which turns a dead node into a slow one.
+	opt.DialerRetries = 1
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return &Node{rdb: redis.NewClient(opt), name: name}, nil
@@ -215,7 +219,11 @@ func (n *Node) Ping(ctx context.Context) error { return n.rdb.Ping(ctx).Err() }
 // hub multiplexes all of a node's watches over one pub/sub connection: one
 // Redis subscription per resource, however many waiters it has.
 type hub struct {
-	ps       *redis.PubSub
+	ps *redis.PubSub
+	// sendMu orders the decision to subscribe or unsubscribe a channel with
+	// the command that carries it out, so that a SUBSCRIBE of a new first
+	// watch can never be overtaken by the UNSUBSCRIBE of the last old one.
+	sendMu   sync.Mutex
 	mu       sync.Mutex
 	watchers map[string]map[*watch]struct{} // channel → watches
 	pending  map[string][]chan struct{}     // channel → waiting for "subscribe"
@@ -269,6 +277,7 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) 
 	channel := releasedKey(resource)
 	w := &watch{notify: notify}
 
+	h.sendMu.Lock()
 	h.mu.Lock()
 	first := len(h.watchers[channel]) == 0
 	if first {
@@ -281,8 +290,19 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) 
 		h.pending[channel] = append(h.pending[channel], confirmed)
 	}
 	h.mu.Unlock()
+	var subErr error
+	if first {
+		if subErr = h.ps.Subscribe(ctx, channel); subErr != nil {
+			h.mu.Lock()
+			h.pending[channel] = slices.DeleteFunc(h.pending[channel], func(c chan struct{}) bool { return c == confirmed })
+			h.mu.Unlock()
+		}
+	}
+	h.sendMu.Unlock()
 
 	stop := func() {
+		h.sendMu.Lock()
+		defer h.sendMu.Unlock()
 		h.mu.Lock()
 		delete(h.watchers[channel], w)
 		last := len(h.watchers[channel]) == 0
@@ -294,6 +314,10 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) 
 			_ = h.ps.Unsubscribe(context.Background(), channel)
 		}
 	}
+	if subErr != nil {
+		stop()
+		return nil, subErr
+	}
 	if !first {
 		// Someone else subscribed first; wait for their confirmation too.
 		// On failure the caller gets no stop function: unregister now.
@@ -302,10 +326,6 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) 
 			return nil, err
 		}
 		return stop, nil
-	}
-	if err := h.ps.Subscribe(ctx, channel); err != nil {
-		stop()
-		return nil, err
 	}
 	select {
 	case <-confirmed:

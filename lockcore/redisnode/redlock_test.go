@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
@@ -438,30 +437,11 @@ func waitingAcquire(ctx context.Context, rl *lockcore.Redlock, req lockcore.Acqu
 // parkedWaiters counts goroutines inside waitingAcquire that sleep in a
 // select: Acquire calls that have joined their queue, subscribed, tried,
 // and now wait for a release.
-func parkedWaiters() int { return countGoroutines(" [select", "redisnode_test.waitingAcquire(") }
+func parkedWaiters() int { return goroutines.Count(" [select", "redisnode_test.waitingAcquire(") }
 
-func goroutineIn(state, fn string) bool { return countGoroutines(state, fn) > 0 }
-
-// countGoroutines counts the goroutines in state (as a dump shows it) whose
-// stack passes through fn.
-func countGoroutines(state, fn string) int {
-	buf := make([]byte, 1<<16)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, state) && strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
-}
+// goroutineIn reports whether some goroutine in state (as a dump shows it)
+// has fn in its stack.
+func goroutineIn(state, fn string) bool { return goroutines.Count(state, fn) > 0 }
 
 func TestRedlockWaitAcrossReplicas(t *testing.T) {
 	// Two gateway replicas share three nodes. A waiter on one replica learns

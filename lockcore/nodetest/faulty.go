@@ -1,0 +1,225 @@
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// ErrNotWatcher is what Faulty.Watch returns when the node it wraps is not a
+// lockcore.Watcher. A Redlock skips a node whose Watch fails, just as it
+// skips a node that is no Watcher, so wrapping does not change how waiters
+// learn of releases.
+var ErrNotWatcher = errors.New("nodetest: the wrapped node is not a lockcore.Watcher")
+
+// Faulty wraps a lockcore.Node and injects faults into the calls made
+// through it, for tests of what a Redlock does when nodes fail, hang, are
+// slow, or answer too late. With no fault set it is transparent: every call
+// goes to the wrapped node unchanged and its answer comes back unchanged.
+//
+// Faults can be switched on and off at any time, from any goroutine; a call
+// sees the settings in force when it reads them. Calls made directly on the
+// wrapped node bypass every fault, which lets a test read the true state of
+// a node that the Redlock sees as down.
+//
+// A call through Faulty goes through these steps, in order:
+//
+//  1. Acquire only: the call is counted (see Acquires) and the hook set with
+//     SetBeforeAcquire runs, whatever happens next.
+//  2. Down (SetDown with a non-nil error): the call fails at once with that
+//     error; the wrapped node is not called.
+//  3. Hang (SetHang): the call blocks until its context ends and fails with
+//     the context's error; the wrapped node is not called.
+//  4. Delay (SetDelay): the call waits that long first; if its context ends
+//     sooner, it fails with the context's error and the wrapped node is not
+//     called.
+//  5. Acquire only, late grant (SetLateGrant): the wrapped node is asked to
+//     acquire (and grants, if the lock is free) under a context that never
+//     ends, but the reply is dropped: the call blocks until its own context
+//     ends and fails with the context's error. This is a grant whose reply
+//     was lost.
+//  6. The wrapped node is called. For Acquire, if it answers without error,
+//     the hook set with SetAfterAcquire runs with the request and the reply
+//     before the reply is returned.
+//
+// Steps 2 to 4 apply to every method but String: Acquire, Extend, Release,
+// RaiseFence, Inspect, Ping, and Watch when the wrapped node is a Watcher.
+// String always names the wrapped node.
+type Faulty struct {
+	inner lockcore.Node
+
+	mu           sync.Mutex
+	down         error
+	hang         bool
+	lateGrant    bool
+	delay        time.Duration
+	beforeAcq    func(lockcore.NodeAcquire)
+	afterAcquire func(lockcore.NodeAcquire, lockcore.NodeReply)
+
+	acquires atomic.Int64
+}
+
+var (
+	_ lockcore.Node    = (*Faulty)(nil)
+	_ lockcore.Watcher = (*Faulty)(nil)
+)
+
+// NewFaulty wraps inner with no fault set.
+func NewFaulty(inner lockcore.Node) *Faulty { return &Faulty{inner: inner} }
+
+// Inner returns the wrapped node. Calls on it bypass every fault.
+func (f *Faulty) Inner() lockcore.Node { return f.inner }
+
+// SetDown makes every call fail at once with err; nil brings the node back
+// up.
+func (f *Faulty) SetDown(err error) { f.locked(func() { f.down = err }) }
+
+// SetHang makes every call block until its context ends (true), or stops it
+// (false).
+func (f *Faulty) SetHang(hang bool) { f.locked(func() { f.hang = hang }) }
+
+// SetDelay makes every call wait d before it reaches the wrapped node; 0
+// removes the delay.
+func (f *Faulty) SetDelay(d time.Duration) { f.locked(func() { f.delay = d }) }
+
+// SetLateGrant makes Acquire reach the wrapped node but lose its reply
+// (true), or answer normally again (false).
+func (f *Faulty) SetLateGrant(late bool) { f.locked(func() { f.lateGrant = late }) }
+
+// SetBeforeAcquire sets a hook that runs at the start of every Acquire,
+// before any fault is applied; nil removes it. The hook runs on the caller's
+// goroutine, so a hook that blocks holds up that call.
+func (f *Faulty) SetBeforeAcquire(hook func(lockcore.NodeAcquire)) {
+	f.locked(func() { f.beforeAcq = hook })
+}
+
+// SetAfterAcquire sets a hook that runs once the wrapped node has answered an
+// Acquire without error, before the reply is returned; nil removes it. It
+// does not run when a fault made the call fail.
+func (f *Faulty) SetAfterAcquire(hook func(lockcore.NodeAcquire, lockcore.NodeReply)) {
+	f.locked(func() { f.afterAcquire = hook })
+}
+
+// Acquires returns how many Acquire calls were made through f, whatever
+// their fate.
+func (f *Faulty) Acquires() int64 { return f.acquires.Load() }
+
+// locked runs fn with f.mu held.
+func (f *Faulty) locked(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+// fault applies the faults common to every call (down, hang, delay).
+func (f *Faulty) fault(ctx context.Context) error {
+	f.mu.Lock()
+	down, hang, delay := f.down, f.hang, f.delay
+	f.mu.Unlock()
+	if down != nil {
+		return down
+	}
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Acquire implements lockcore.Node.
+func (f *Faulty) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
+	f.acquires.Add(1)
+	f.mu.Lock()
+	before := f.beforeAcq
+	f.mu.Unlock()
+	if before != nil {
+		before(req)
+	}
+	if err := f.fault(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	f.mu.Lock()
+	late, after := f.lateGrant, f.afterAcquire
+	f.mu.Unlock()
+	if late {
+		_, _ = f.inner.Acquire(context.Background(), req)
+		<-ctx.Done()
+		return lockcore.NodeReply{}, ctx.Err()
+	}
+	rep, err := f.inner.Acquire(ctx, req)
+	if err == nil && after != nil {
+		after(req, rep)
+	}
+	return rep, err
+}
+
+// Extend implements lockcore.Node.
+func (f *Faulty) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+	if err := f.fault(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return f.inner.Extend(ctx, resource, lease, ttl)
+}
+
+// Release implements lockcore.Node.
+func (f *Faulty) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+	if err := f.fault(ctx); err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return f.inner.Release(ctx, resource, lease, notice)
+}
+
+// RaiseFence implements lockcore.Node.
+func (f *Faulty) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.inner.RaiseFence(ctx, resource, lease, token)
+}
+
+// Inspect implements lockcore.Node.
+func (f *Faulty) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
+	if err := f.fault(ctx); err != nil {
+		return lockcore.NodeLock{}, err
+	}
+	return f.inner.Inspect(ctx, resource)
+}
+
+// Ping implements lockcore.Node.
+func (f *Faulty) Ping(ctx context.Context) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.inner.Ping(ctx)
+}
+
+// Watch implements lockcore.Watcher by delegating to the wrapped node. It
+// fails with ErrNotWatcher when the wrapped node is no Watcher; notices are
+// passed on as the wrapped node sends them, faults or not (the release that
+// sent one has already happened).
+func (f *Faulty) Watch(ctx context.Context, resource string, notify func(notice string)) (func(), error) {
+	w, ok := f.inner.(lockcore.Watcher)
+	if !ok {
+		return nil, ErrNotWatcher
+	}
+	if err := f.fault(ctx); err != nil {
+		return nil, err
+	}
+	return w.Watch(ctx, resource, notify)
+}
+
+// String names the wrapped node.
+func (f *Faulty) String() string { return f.inner.String() }
