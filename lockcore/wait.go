@@ -30,10 +30,14 @@ import (
 // between a failed attempt and the subscription cannot be missed; the
 // subscription ends when the queue empties. Each Release call carries a
 // random notice that every node announces as it deletes its copy of the
-// lock. The queue counts which nodes announced a notice and wakes its head
-// once, when a quorum has: by then the lock is free on a quorum, so the head
-// does not wake to find it still held on nodes the release has not reached.
-// Undoing a failed attempt releases a minority of nodes and wakes nobody.
+// lock. The queue keeps the set of nodes announced free since its head's
+// last attempt began, whatever release or undo freed them, and wakes the
+// head once that set is a quorum: the lock is then free on a quorum as far
+// as anyone knows, and the head does not wake to find it still held on nodes
+// a release has not reached yet. Undos of split votes add up (each frees a
+// minority; together they free the lock); the undo of the head's own attempt
+// on a minority the holder never got frees only that minority and wakes
+// nobody. After a split vote a wake-up still waits out the random pause.
 //
 // An Acquire that waits tries once before joining when nobody waits for the
 // resource on this replica (no subscription is needed for a free lock). It
@@ -56,19 +60,14 @@ type waitQueue struct {
 	waiters  *list.List // of *waiter, head first
 	stops    []func()
 	ready    chan struct{} // closed once the subscriptions are in place
-	notices  [8]heard      // recent release notices, newest at next-1
-	next     int
+	// freed is the set of nodes (bit i: node i) announced free since the
+	// current head's last attempt began (or since it became the head);
+	// woken records that it reached a quorum and the head was woken for it.
+	freed uint64
+	woken bool
 	// holderExpires is when the current holder's lock runs out, as far as
 	// this queue knows: the answer to a waiter whose wait runs out.
 	holderExpires time.Time
-}
-
-// heard tracks one release notice: which nodes announced it, and whether it
-// has woken the head yet.
-type heard struct {
-	notice string
-	nodes  uint64 // bit i: node i announced it
-	fired  bool
 }
 
 type waiter struct {
@@ -175,6 +174,9 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 		stops = q.stops
 		q.stops = nil
 	} else if wasHead {
+		// A new head: what was announced free so far has been seen (and
+		// acted on) by the old one; the new head counts afresh.
+		q.freed, q.woken = 0, false
 		next := q.waiters.Front().Value.(*waiter)
 		if hint.IsZero() {
 			next.released = true
@@ -190,33 +192,23 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	}
 }
 
-// announce records that the nodes in mask released the lock on resource
-// under notice, and wakes the queue's head once the nodes that did so make a
-// quorum.
-func (wr *waitRoom) announce(resource, notice string, mask uint64) {
+// announce records that the nodes in mask released the lock on resource,
+// and wakes the queue's head once the nodes freed since its last attempt
+// began make a quorum. The notice names the release; the nodes' masks, not
+// the notices, decide, so announcements of one release by several nodes,
+// or of several releases, add up without counting a node twice.
+func (wr *waitRoom) announce(resource, _ string, mask uint64) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	q := wr.queues[resource]
 	if q == nil {
 		return
 	}
-	h := (*heard)(nil)
-	for i := range q.notices {
-		if q.notices[i].notice == notice {
-			h = &q.notices[i]
-			break
-		}
-	}
-	if h == nil {
-		h = &q.notices[q.next]
-		*h = heard{notice: notice}
-		q.next = (q.next + 1) % len(q.notices)
-	}
-	h.nodes |= mask
-	if h.fired || bits.OnesCount64(h.nodes) < wr.r.quorum {
+	q.freed |= mask
+	if q.woken || bits.OnesCount64(q.freed) < wr.r.quorum {
 		return
 	}
-	h.fired = true
+	q.woken = true
 	if front := q.waiters.Front(); front != nil {
 		w := front.Value.(*waiter)
 		w.released = true
@@ -276,6 +268,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		if attempt && wr.isHead(q, el) {
 			wr.mu.Lock()
 			me.released = false
+			q.freed, q.woken = 0, false
 			wr.mu.Unlock()
 			lease, err := wr.r.tryAcquire(ctx, req)
 			if !errors.As(err, &taken) {
@@ -325,11 +318,15 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		case <-wr.closing:
 			return nil, ErrClosed
 		}
-		// Try when a release was announced or the retry time came;
-		// otherwise (a new expiry hint, or the deadline) just look again.
+		// Try when a release was announced (after a split vote, once the
+		// random pause is over) or the retry time came; otherwise (a new
+		// expiry hint, or the deadline) just look again.
 		wr.mu.Lock()
-		attempt = me.released || (!me.retryAt.IsZero() && !clock.Now().Before(me.retryAt))
-		me.released = false
+		due := !me.retryAt.IsZero() && !clock.Now().Before(me.retryAt)
+		attempt = due || (me.released && splits == 0)
+		if attempt {
+			me.released = false
+		}
 		wr.mu.Unlock()
 	}
 }

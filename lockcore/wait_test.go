@@ -545,3 +545,42 @@ func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
 		t.Fatalf("two waiters made %d attempts in 500ms while the lock was held", attempts)
 	}
 }
+
+func TestStampedeOnAFreeLockDoesNotStall(t *testing.T) {
+	// Many waiters arrive at once at a free lock. Their first attempts split
+	// the nodes so that nobody has a quorum, and each undoes its own
+	// minority: together the undos free the lock, and the queue's head must
+	// notice that, not sleep until the TTL of the attempts it saw.
+	c := newCluster(t, 3, nil, nil)
+	const waiters = 48
+	for round := range 5 {
+		res := fmt.Sprintf("stampede-%d", round)
+		start := make(chan struct{})
+		errs := make(chan error, waiters)
+		for i := range waiters {
+			go func() {
+				<-start
+				l, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: longWait})
+				if err == nil {
+					err = c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: res, LeaseID: l.ID})
+				}
+				if err != nil {
+					err = fmt.Errorf("waiter %d: %w", i, err)
+				}
+				errs <- err
+			}()
+		}
+		began := time.Now()
+		close(start)
+		for range waiters {
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			case <-time.After(wakeBound):
+				t.Fatalf("round %d: waiters still waiting after %v (TTL %v): the queue stalled", round, time.Since(began), holdTTL)
+			}
+		}
+	}
+}
