@@ -221,12 +221,13 @@ func TestComposeTopology(t *testing.T) {
 // installs Debian's docker-compose (.ci/extra-checks); elsewhere the test
 // runs when the command is there.
 func TestComposeConfigIsValid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs docker-compose; skipped under -short (TestComposeTopology still checks the structure)")
+	}
 	bin, err := exec.LookPath("docker-compose")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("docker-compose is not installed on CI: .ci/extra-checks installs it")
-		}
-		t.Skip("docker-compose not installed (Debian: apt-get install docker-compose); the structure is still checked by TestComposeTopology")
+		t.Fatal("docker-compose not found: it validates docker-compose.yml without a Docker engine " +
+			"(Debian/Ubuntu: apt-get install docker-compose; .ci/extra-checks installs it on CI)")
 	}
 	out, err := exec.Command(bin, "-f", composeFile, "config", "-q").CombinedOutput()
 	if err != nil {
