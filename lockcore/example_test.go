@@ -150,7 +150,7 @@ func ExampleRedlock_Inspect() {
 
 	lease, _ := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "shard-7", TTL: 20 * time.Second, Owner: "rebalancer"})
 	// One node loses the lock (say it restarted empty): still held.
-	_, _ = nodes[2].Release(ctx, "shard-7", lease.ID, "lost")
+	_, _ = nodes[2].Release(ctx, "shard-7", lease.ID)
 	info, err := rl.Inspect(ctx, "shard-7")
 	fmt.Println(info.Owner, info.Token, info.TTL, info.Remaining <= info.TTL, err)
 	// Output:

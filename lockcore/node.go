@@ -24,10 +24,11 @@ type Node interface {
 	// the TTL the lock was last set with. StatusTaken or StatusAbsent
 	// otherwise, changing nothing.
 	Extend(ctx context.Context, resource, lease string, ttl time.Duration) (NodeReply, error)
-	// Release deletes the lock if lease holds it (StatusOK) and, if the node
-	// is a Watcher, announces notice to the resource's watchers in the same
-	// atomic step. StatusTaken or StatusAbsent otherwise.
-	Release(ctx context.Context, resource, lease, notice string) (NodeReply, error)
+	// Release deletes the lock if lease holds it (StatusOK, Token = the
+	// lease's token) and, if the node is a Watcher, announces the release to
+	// the resource's watchers in the same atomic step. StatusTaken or
+	// StatusAbsent otherwise, changing and announcing nothing.
+	Release(ctx context.Context, resource, lease string) (NodeReply, error)
 	// RaiseFence sets the fencing counter to token if it is lower, and sets
 	// the token stored with the lock to token if lease holds it with a lower
 	// one. It never lowers anything.
@@ -43,11 +44,12 @@ type Node interface {
 // Watcher is implemented by nodes that announce releases, so that waiters
 // learn of a release at once instead of polling.
 type Watcher interface {
-	// Watch calls notify with the release's notice for every release of
-	// resource on this node, until stop is called. It returns only once the
+	// Watch calls notify once for every release of resource on this node (a
+	// Release that returned StatusOK), until stop is called. A refused
+	// release and an expiry are not announced. It returns only once the
 	// subscription is in place, so a release that happens after Watch returns
 	// is never missed. notify must not block.
-	Watch(ctx context.Context, resource string, notify func(notice string)) (stop func(), err error)
+	Watch(ctx context.Context, resource string, notify func()) (stop func(), err error)
 }
 
 // NodeAcquire is one node's share of an acquisition.

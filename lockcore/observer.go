@@ -91,9 +91,9 @@ func (n observedNode) Extend(ctx context.Context, resource, lease string, ttl ti
 	return rep, err
 }
 
-func (n observedNode) Release(ctx context.Context, resource, lease, notice string) (NodeReply, error) {
+func (n observedNode) Release(ctx context.Context, resource, lease string) (NodeReply, error) {
 	start := time.Now()
-	rep, err := n.Node.Release(ctx, resource, lease, notice)
+	rep, err := n.Node.Release(ctx, resource, lease)
 	n.done("release", start, err)
 	return rep, err
 }

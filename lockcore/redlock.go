@@ -204,15 +204,6 @@ func ValidOwner(owner string) bool {
 	return n <= 256
 }
 
-// newNotice returns a release notice: a random id that every node announces
-// for one Release call, so waiters count a release once however many nodes
-// announce it.
-func newNotice() string {
-	var b [9]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // NewLeaseID returns a fresh lease id: 192 bits from crypto/rand, base64url.
 func NewLeaseID() string {
 	var b [24]byte
@@ -432,11 +423,10 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 	}
 	// The caller's context may be what ended the attempt; the undo must run.
 	uctx := context.WithoutCancel(ctx)
-	notice := newNotice()
 	results = r.fanout(uctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
-		return n.Release(ctx, req.Resource, req.LeaseID, notice)
+		return n.Release(ctx, req.Resource, req.LeaseID)
 	})
-	r.waits.announce(req.Resource, notice, released(results))
+	r.waits.announce(req.Resource, released(results))
 }
 
 // released returns the set of nodes whose release succeeded, as a bit mask.
@@ -512,12 +502,11 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
 		return err
 	}
-	notice := newNotice()
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
-		return n.Release(ctx, req.Resource, req.LeaseID, notice)
+		return n.Release(ctx, req.Resource, req.LeaseID)
 	})
 	t := count(results, StatusOK)
-	r.waits.announce(req.Resource, notice, released(results))
+	r.waits.announce(req.Resource, released(results))
 	if err := r.verdict("release", req.Resource, t); err != nil {
 		return withCtx(ctx, err)
 	}

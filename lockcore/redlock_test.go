@@ -441,7 +441,7 @@ func TestFencingTokensGrowUnderRandomMinorityFailures(t *testing.T) {
 				// Locks left on nodes that missed the release would block the
 				// next grant for the TTL; clear them as an expiry would.
 				for _, raw := range c.raw {
-					_, _ = raw.Release(ctx, "r", lease.ID, "expired")
+					_, _ = raw.Release(ctx, "r", lease.ID)
 				}
 			}
 		})

@@ -17,7 +17,8 @@ import (
 // they become the head. The head tries again when
 //   - a release is announced on a quorum of nodes: by this replica's own
 //     Release (it knows which nodes released), or by the nodes themselves
-//     (Watcher), whose release script publishes the release's notice;
+//     (Watcher), which announce each release in the same atomic step as
+//     they delete the lock;
 //   - the holder's remaining TTL, learnt from the failed attempt, runs out:
 //     an expiry is announced by nobody;
 //   - its own attempt was granted by some nodes but not a quorum (a split
@@ -28,16 +29,16 @@ import (
 // A queue subscribes to its resource on every Watcher node once, when its
 // first waiter arrives and before that waiter's next attempt, so a release
 // between a failed attempt and the subscription cannot be missed; the
-// subscription ends when the queue empties. Each Release call carries a
-// random notice that every node announces as it deletes its copy of the
-// lock. The queue keeps the set of nodes announced free since its head's
-// last attempt began, whatever release or undo freed them, and wakes the
-// head once that set is a quorum: the lock is then free on a quorum as far
-// as anyone knows, and the head does not wake to find it still held on nodes
-// a release has not reached yet. Undos of split votes add up (each frees a
-// minority; together they free the lock); the undo of the head's own attempt
-// on a minority the holder never got frees only that minority and wakes
-// nobody. After a split vote a wake-up still waits out the random pause.
+// subscription ends when the queue empties. Only which nodes announced a
+// release counts, not which release it was: the queue keeps the set of nodes
+// announced free since its head's last attempt began, whatever release or
+// undo freed them, and wakes the head once that set is a quorum: the lock is
+// then free on a quorum as far as anyone knows, and the head does not wake
+// to find it still held on nodes a release has not reached yet. Undos of
+// split votes add up (each frees a minority; together they free the lock);
+// the undo of the head's own attempt on a minority the holder never got
+// frees only that minority and wakes nobody. After a split vote a wake-up
+// still waits out the random pause.
 //
 // An Acquire that waits tries once before joining when nobody waits for the
 // resource on this replica (no subscription is needed for a free lock). It
@@ -143,7 +144,7 @@ func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue) []func() {
 		if !ok {
 			continue
 		}
-		notify := func(notice string) { wr.announce(q.resource, notice, 1<<i) }
+		notify := func() { wr.announce(q.resource, 1<<i) }
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, wr.r.opt.NodeTimeout)
 			defer cancel()
@@ -194,10 +195,10 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 
 // announce records that the nodes in mask released the lock on resource,
 // and wakes the queue's head once the nodes freed since its last attempt
-// began make a quorum. The notice names the release; the nodes' masks, not
-// the notices, decide, so announcements of one release by several nodes,
-// or of several releases, add up without counting a node twice.
-func (wr *waitRoom) announce(resource, _ string, mask uint64) {
+// began make a quorum. Only the nodes count, so announcements of one release
+// by several nodes, or of several releases, add up without counting a node
+// twice.
+func (wr *waitRoom) announce(resource string, mask uint64) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	q := wr.queues[resource]

@@ -125,7 +125,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 func TestWaiterWakesOnRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		replica bool // release through another Redlock: only the nodes' notices wake the waiter
+		replica bool // release through another Redlock: only the nodes' announcements wake the waiter
 	}{
 		{"released on the same replica", false},
 		{"released on another replica", true},

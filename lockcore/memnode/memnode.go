@@ -36,7 +36,7 @@ type entry struct {
 	expires time.Time
 }
 
-type watch struct{ notify func(string) }
+type watch struct{ notify func() }
 
 // Options tune a Node. A nil *Options means the defaults.
 type Options struct {
@@ -128,8 +128,9 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 	}
 }
 
-// Release implements lockcore.Node.
-func (n *Node) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+// Release implements lockcore.Node. A release by the holder calls every
+// watch's notify on resource before it returns, under the node's lock.
+func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
 	if err := ctx.Err(); err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -141,7 +142,7 @@ func (n *Node) Release(ctx context.Context, resource, lease, notice string) (loc
 	case e.lease == lease:
 		delete(n.locks, resource)
 		for w := range n.watchers[resource] {
-			w.notify(notice)
+			w.notify()
 		}
 		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token}, nil
 	default:
@@ -184,7 +185,7 @@ func (n *Node) Ping(ctx context.Context) error { return ctx.Err() }
 
 // Watch implements lockcore.Watcher. notify is called with the node's lock
 // held, so it must not call back into the node.
-func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) (func(), error) {
+func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

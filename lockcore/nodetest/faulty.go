@@ -175,11 +175,11 @@ func (f *Faulty) Extend(ctx context.Context, resource, lease string, ttl time.Du
 }
 
 // Release implements lockcore.Node.
-func (f *Faulty) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
+func (f *Faulty) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
 	if err := f.fault(ctx); err != nil {
 		return lockcore.NodeReply{}, err
 	}
-	return f.inner.Release(ctx, resource, lease, notice)
+	return f.inner.Release(ctx, resource, lease)
 }
 
 // RaiseFence implements lockcore.Node.
@@ -207,10 +207,10 @@ func (f *Faulty) Ping(ctx context.Context) error {
 }
 
 // Watch implements lockcore.Watcher by delegating to the wrapped node. It
-// fails with ErrNotWatcher when the wrapped node is no Watcher; notices are
-// passed on as the wrapped node sends them, faults or not (the release that
-// sent one has already happened).
-func (f *Faulty) Watch(ctx context.Context, resource string, notify func(notice string)) (func(), error) {
+// fails with ErrNotWatcher when the wrapped node is no Watcher; the wrapped
+// node's announcements are passed on as it makes them, faults or not (the
+// release announced has already happened).
+func (f *Faulty) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
 	w, ok := f.inner.(lockcore.Watcher)
 	if !ok {
 		return nil, ErrNotWatcher

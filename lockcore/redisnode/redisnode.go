@@ -5,6 +5,13 @@
 // lockgate:{resource}:lock and lockgate:{resource}:fence, so that a node can
 // later be a Redis Cluster: a script only touches keys of one slot.
 //
+// Releases are announced by pub/sub: the release script publishes on the
+// resource's channel lockgate:{resource}:released in the same atomic step as
+// the DEL of the lock (the payload, the released token in decimal, is not
+// secret and watchers ignore it). Watches share one pub/sub connection per
+// node. A release published while that connection is down is not heard;
+// waiters then learn it from the lock's TTL or from other nodes.
+//
 // The fencing counter lockgate:{resource}:fence never expires. Run every node
 // with maxmemory-policy noeviction and AOF persistence (appendfsync always),
 // and never give a node replicas that can fail over: see package lockcore.
@@ -171,8 +178,8 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 }
 
 // Release implements lockcore.Node with release.lua.
-func (n *Node) Release(ctx context.Context, resource, lease, notice string) (lockcore.NodeReply, error) {
-	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease, notice).Result()
+func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
+	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease).Result()
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -229,7 +236,7 @@ type hub struct {
 	pending  map[string][]chan struct{}     // channel → waiting for "subscribe"
 }
 
-type watch struct{ notify func(string) }
+type watch struct{ notify func() }
 
 func (n *Node) getHub() *hub {
 	n.mu.Lock()
@@ -263,7 +270,7 @@ func (h *hub) run(ch <-chan any) {
 		case *redis.Message:
 			h.mu.Lock()
 			for w := range h.watchers[m.Channel] {
-				w.notify(m.Payload)
+				w.notify()
 			}
 			h.mu.Unlock()
 		}
@@ -271,8 +278,9 @@ func (h *hub) run(ch <-chan any) {
 }
 
 // Watch implements lockcore.Watcher: it returns once Redis has confirmed the
-// subscription to the resource's release channel.
-func (n *Node) Watch(ctx context.Context, resource string, notify func(string)) (func(), error) {
+// subscription to the resource's release channel. notify is called from the
+// node's pub/sub goroutine, once per message published on that channel.
+func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
 	h := n.getHub()
 	channel := releasedKey(resource)
 	w := &watch{notify: notify}
