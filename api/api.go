@@ -78,8 +78,6 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// RetryAfterMs is the holder's remaining TTL (409) or a suggested wait.
 	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
-	// Nodes lists per-node causes when no quorum answered (503).
-	Nodes []string `json:"nodes,omitempty"`
 }
 
 // Problem types: the "type" member of each problem lockgate answers with.

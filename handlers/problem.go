@@ -64,13 +64,17 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		setOutcome(r, "client_gone")
 		w.WriteHeader(statusClientClosedRequest)
 	case errors.As(err, &quorum):
-		w.Header().Set(api.HeaderRetryAfter, "1")
-		p := newProblem(r, http.StatusServiceUnavailable, apiNoQuorum,
-			strconv.Itoa(quorum.Answered)+" of the "+strconv.Itoa(quorum.Needed)+" lock nodes needed answered; try again")
-		for _, c := range quorum.Causes {
-			p.Nodes = append(p.Nodes, c.Error())
+		// The per-node causes name the nodes: they go to the log for the
+		// operator, not to the client (nor to /readyz, which anyone may ask).
+		causes := make([]string, len(quorum.Causes))
+		for i, c := range quorum.Causes {
+			causes[i] = c.Error()
 		}
-		writeProblem(w, r, p, apiNoQuorum)
+		hlog.FromRequest(r).Warn().Str("op", quorum.Op).Int("answered", quorum.Answered).
+			Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
+		w.Header().Set(api.HeaderRetryAfter, "1")
+		problem(w, r, http.StatusServiceUnavailable, apiNoQuorum,
+			strconv.Itoa(quorum.Answered)+" of the "+strconv.Itoa(quorum.Needed)+" lock nodes needed answered; try again")
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusTooManyRequests, apiTooManyWaiters, "this replica has its maximum number of waiters; try again")

@@ -134,6 +134,10 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// Owner is a free label shown by Inspect.
 	Owner string
+
+	// minted is set when Acquire minted LeaseID: such a lease cannot hold
+	// anything from an earlier request.
+	minted bool
 }
 
 // Lease is a held lock.
@@ -257,7 +261,7 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 		return nil, &InvalidError{Field: "owner", Reason: "must be at most 256 printable characters"}
 	}
 	if req.LeaseID == "" {
-		req.LeaseID = NewLeaseID()
+		req.LeaseID, req.minted = NewLeaseID(), true
 	} else if err := checkLease(req.LeaseID); err != nil {
 		return nil, err
 	}
@@ -300,9 +304,11 @@ func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int
 // tally counts node results by outcome.
 type tally struct {
 	ok, taken, absent int
-	maxPTTL           time.Duration
 	maxToken          int64
 	causes            []error
+	// busy holds, per node that answered, how long until another lease's
+	// lock there expires (0 where no other lease holds it).
+	busy []time.Duration
 }
 
 func count(results []nodeResult, okStatus ...NodeStatus) tally {
@@ -316,12 +322,28 @@ func count(results []nodeResult, okStatus ...NodeStatus) tally {
 			t.maxToken = max(t.maxToken, res.reply.Token)
 		case res.reply.Status == StatusTaken:
 			t.taken++
-			t.maxPTTL = max(t.maxPTTL, res.reply.PTTL)
+			t.busy = append(t.busy, max(0, res.reply.PTTL))
+			continue
 		default:
 			t.absent++
 		}
+		if res.err == nil {
+			t.busy = append(t.busy, 0)
+		}
 	}
 	return t
+}
+
+// freeIn is how long until a quorum of the nodes that answered is free of
+// other leases' locks: the quorum-th shortest remaining TTL. A leftover copy
+// of a lock on a minority of nodes does not count.
+func (t tally) freeIn(quorum int) time.Duration {
+	if len(t.busy) < quorum {
+		return slices.Max(append(t.busy, 0))
+	}
+	b := slices.Clone(t.busy)
+	slices.Sort(b)
+	return b[quorum-1]
 }
 
 func (t tally) answered() int { return t.ok + t.taken + t.absent }
@@ -350,7 +372,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, e
 		case t.answered() < r.quorum:
 			return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
 		default:
-			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.maxPTTL, granted: t.ok})
+			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.freeIn(r.quorum), granted: t.ok})
 		}
 	}
 	if t.maxToken <= 0 || t.maxToken > MaxToken {
@@ -403,27 +425,35 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 	return nil
 }
 
-// undoAcquire releases what a failed attempt may have taken. A node that
-// timed out may have granted the lock without our hearing it, so it is
-// released too, unless this was a retry by a lease that already held the
-// lock somewhere: then the lease keeps what it had, and the fresh grants
-// expire with the TTL.
+// undoAcquire releases what a failed attempt may have taken, so that it does
+// not block others until its TTL runs out:
+//   - every node that granted this attempt (it was free before);
+//   - when the lease id was minted for this attempt, also every node that did
+//     not answer, which may have granted it unheard: such a lease holds
+//     nothing else.
+//
+// A lease id the client chose may already hold the lock from an earlier
+// request (a retry whose first answer was lost). Then a node that did not
+// answer may hold that earlier lock and is left alone (a copy this attempt
+// made there expires with the TTL), and when any node answered Reentered
+// nothing is released at all: the lease keeps what it had.
 func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool) {
 	if reentered {
 		return
 	}
-	need := false
+	var undo []bool
 	for _, res := range results {
-		if res.err != nil || res.reply.Status == StatusGranted {
-			need = true
-		}
+		undo = append(undo, (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && req.minted))
 	}
-	if !need {
+	if !slices.Contains(undo, true) {
 		return
 	}
 	// The caller's context may be what ended the attempt; the undo must run.
 	uctx := context.WithoutCancel(ctx)
-	results = r.fanout(uctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+	results = r.fanout(uctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+		if !undo[i] {
+			return NodeReply{Status: StatusAbsent}, nil
+		}
 		return n.Release(ctx, req.Resource, req.LeaseID)
 	})
 	r.waits.announce(req.Resource, released(results))
@@ -470,9 +500,12 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	}
 	ttl := req.TTL
 	if ttl == 0 {
+		// The TTL each node last set; should they differ (an earlier
+		// extend reached only some), the shortest is what the quorum is
+		// sure of.
 		for _, res := range results {
-			if res.err == nil && res.reply.Status == StatusOK {
-				ttl = max(ttl, res.reply.TTL)
+			if res.err == nil && res.reply.Status == StatusOK && (ttl == 0 || res.reply.TTL < ttl) {
+				ttl = res.reply.TTL
 			}
 		}
 	}
@@ -522,7 +555,7 @@ func (r *Redlock) verdict(op, resource string, t tally) error {
 		r.opt.Observer.QuorumFailed(op)
 		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
 	case t.taken > 0:
-		return &HeldByOtherError{Resource: resource, RetryAfter: t.maxPTTL}
+		return &HeldByOtherError{Resource: resource, RetryAfter: t.freeIn(r.quorum)}
 	default:
 		return ErrNotHeld
 	}

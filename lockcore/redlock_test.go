@@ -113,6 +113,16 @@ func (c *cluster) assertNotHolding(t testing.TB, resource, lease string) {
 	}
 }
 
+// assertFree fails t unless no node holds resource for any lease.
+func (c *cluster) assertFree(t testing.TB, resource string) {
+	t.Helper()
+	for i, l := range c.holders(t, resource) {
+		if l.Found {
+			t.Fatalf("node %d still holds %q (token %d)", i, resource, l.Token)
+		}
+	}
+}
+
 func maskString(mask, n int) string { return fmt.Sprintf("%0*b", n, mask) }
 
 func inMask(mask, i int) bool { return mask&(1<<i) != 0 }
@@ -240,12 +250,14 @@ func TestAcquireReleasesGrantsWhoseReplyWasLost(t *testing.T) {
 	c.nodes[1].SetLateGrant(true)
 	c.nodes[2].SetLateGrant(true)
 
-	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "late", LeaseID: leaseA, TTL: 10 * time.Second})
+	// A lease id minted for this attempt holds nothing else, so nodes that
+	// did not answer are released too.
+	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "late", TTL: 10 * time.Second})
 	if !errors.Is(err, lockcore.ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want ErrNoQuorum caused by node timeouts", err)
 	}
 	// The late nodes did grant: the undo must have released them too.
-	c.assertNotHolding(t, "late", leaseA)
+	c.assertFree(t, "late")
 
 	// One late node of three: acquired by the other two.
 	c.nodes[2].SetLateGrant(false)
@@ -878,7 +890,7 @@ func TestContextCancellation(t *testing.T) {
 		defer cancel()
 		errc := make(chan error, 1)
 		go func() {
-			_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "mid", LeaseID: leaseA, TTL: time.Minute})
+			_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "mid", TTL: time.Minute})
 			errc <- err
 		}()
 		for range 3 {
@@ -893,6 +905,44 @@ func TestContextCancellation(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Acquire did not return within 5s of cancel")
 		}
-		c.assertNotHolding(t, "mid", leaseA)
+		c.assertFree(t, "mid")
+	})
+
+	t.Run("canceling a retry of a held lease mid-acquire keeps the lock it held", func(t *testing.T) {
+		// The client holds the lock with its own lease id and retries the
+		// acquire (its first answer was lost, say); the retry's context ends
+		// while every node is still working. Nothing tells the retry that
+		// the lease held the lock, so nothing may be released: the client
+		// still counts on its first answer.
+		c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 10 * time.Second, MinTTL: 30 * time.Second}, nil)
+		first := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "retry", LeaseID: leaseA, TTL: time.Minute})
+		reached := make(chan struct{}, 3)
+		for _, n := range c.nodes {
+			n.SetLateGrant(true)
+			n.SetBeforeAcquire(func(lockcore.NodeAcquire) { reached <- struct{}{} })
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "retry", LeaseID: leaseA, TTL: time.Minute})
+			errc <- err
+		}()
+		for range 3 {
+			<-reached
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		for _, n := range c.nodes {
+			n.SetLateGrant(false)
+		}
+		info, err := c.rl.Inspect(context.Background(), "retry")
+		if err != nil || info.Token != first.Token {
+			t.Fatalf("after the canceled retry: %+v, %v; want the lease's lock with token %d", info, err, first.Token)
+		}
+		if _, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "retry", LeaseID: leaseB, TTL: time.Minute}); !errors.Is(err, lockcore.ErrTaken) {
+			t.Fatalf("another lease acquired the lock the first still holds: %v", err)
+		}
 	})
 }

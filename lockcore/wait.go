@@ -48,19 +48,24 @@ import (
 // announcement, and whichever reaches a majority first wins.
 
 type waitRoom struct {
-	r       *Redlock
-	mu      sync.Mutex
-	queues  map[string]*waitQueue
-	total   int
-	closed  bool
-	closing chan struct{}
+	r        *Redlock
+	watchers uint64 // the nodes that are Watchers (bit i: node i)
+	mu       sync.Mutex
+	queues   map[string]*waitQueue
+	total    int
+	closed   bool
+	closing  chan struct{}
 }
 
 type waitQueue struct {
 	resource string
 	waiters  *list.List // of *waiter, head first
 	stops    []func()
-	ready    chan struct{} // closed once the subscriptions are in place
+	// watched is the set of nodes (bit i: node i) whose Watch is in place;
+	// resubscribed is when the head last tried to add the missing ones.
+	watched      uint64
+	resubscribed time.Time
+	ready        chan struct{} // closed once the subscriptions are in place
 	// freed is the set of nodes (bit i: node i) announced free since the
 	// current head's last attempt began (or since it became the head);
 	// woken records that it reached a quorum and the head was woken for it.
@@ -83,7 +88,13 @@ type waiter struct {
 }
 
 func newWaitRoom(r *Redlock) *waitRoom {
-	return &waitRoom{r: r, queues: map[string]*waitQueue{}, closing: make(chan struct{})}
+	wr := &waitRoom{r: r, queues: map[string]*waitQueue{}, closing: make(chan struct{})}
+	for i, n := range r.nodes {
+		if _, ok := n.(Watcher); ok {
+			wr.watchers |= 1 << i
+		}
+	}
+	return wr
 }
 
 func (w *waiter) poke() {
@@ -116,10 +127,10 @@ func (wr *waitRoom) join(ctx context.Context, resource string) (*waitQueue, *lis
 	wr.mu.Unlock()
 
 	if first {
-		stops := wr.subscribe(ctx, q)
 		wr.mu.Lock()
-		q.stops = stops
+		q.resubscribed = time.Now()
 		wr.mu.Unlock()
+		wr.subscribe(ctx, q, wr.watchers)
 		close(q.ready)
 	} else {
 		select {
@@ -130,18 +141,18 @@ func (wr *waitRoom) join(ctx context.Context, resource string) (*waitQueue, *lis
 	return q, el, nil
 }
 
-// subscribe watches resource on every Watcher node in parallel. A node that
-// cannot subscribe is skipped: its releases are then learnt from the TTL, or
-// from the other nodes' announcements.
-func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue) []func() {
-	var (
-		mu    sync.Mutex
-		stops []func()
-		wg    sync.WaitGroup
-	)
+// subscribe watches resource on the Watcher nodes in mask, in parallel,
+// each bounded by NodeTimeout but not by the caller's context: the queue
+// outlives the waiter that created it. A node that cannot subscribe is left
+// out of q.watched; the head tries it again before a later attempt (see
+// resubscribe). Until then its releases are learnt from the other nodes'
+// announcements or from the TTL.
+func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue, mask uint64) {
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
 	for i, n := range wr.r.nodes {
 		wn, ok := n.(Watcher)
-		if !ok {
+		if !ok || mask&(1<<i) == 0 {
 			continue
 		}
 		notify := func() { wr.announce(q.resource, 1<<i) }
@@ -152,13 +163,47 @@ func (wr *waitRoom) subscribe(ctx context.Context, q *waitQueue) []func() {
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			stops = append(stops, stop)
-			mu.Unlock()
+			wr.mu.Lock()
+			q.stops = append(q.stops, stop)
+			q.watched |= 1 << i
+			wr.mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return stops
+}
+
+// resubscribeEvery bounds how often a head retries Watch on nodes where it
+// failed, so that a node that is down does not slow every attempt.
+const resubscribeEvery = time.Second
+
+// resubscribeAt returns when the head should next retry Watch on the nodes
+// missing from q.watched, or the zero time when none is missing. While one
+// is, the head also wakes then to try again, since a release it would have
+// announced may have been missed: a deaf queue polls, once per
+// resubscribeEvery, until it hears again. wr.mu must be held.
+func (wr *waitRoom) resubscribeAt(q *waitQueue) time.Time {
+	if wr.watchers&^q.watched == 0 {
+		return time.Time{}
+	}
+	return q.resubscribed.Add(resubscribeEvery)
+}
+
+// resubscribe retries Watch on the Watcher nodes missing from q.watched, at
+// most once per resubscribeEvery. The head calls it before an attempt, so a
+// subscription it adds is in place before the attempt, as at join.
+func (wr *waitRoom) resubscribe(ctx context.Context, q *waitQueue) {
+	now := time.Now()
+	wr.mu.Lock()
+	at := wr.resubscribeAt(q)
+	due := !at.IsZero() && !now.Before(at)
+	if due {
+		q.resubscribed = now
+	}
+	missing := wr.watchers &^ q.watched
+	wr.mu.Unlock()
+	if due {
+		wr.subscribe(ctx, q, missing)
+	}
 }
 
 // leave removes a waiter. If it was the head, the next waiter becomes the
@@ -246,6 +291,19 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		return nil, ErrClosed
 	}
 	var taken *TakenError
+	if busy && !req.minted {
+		// Others wait here, so this request will not try ahead of them;
+		// but its lease may already hold the lock (a retry whose answer was
+		// lost): then refreshing it is the answer, not a place in the queue.
+		lease, err := wr.r.Extend(ctx, ExtendRequest{Resource: req.Resource, LeaseID: req.LeaseID, TTL: req.TTL})
+		switch {
+		case err == nil:
+			lease.Owner = req.Owner
+			return lease, nil
+		case !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrHeldByOther):
+			return nil, err
+		}
+	}
 	if !busy {
 		// Nobody waits here: try once before paying for a subscription.
 		lease, err := wr.r.tryAcquire(ctx, req)
@@ -267,6 +325,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	splits := 0 // failed attempts in a row that some nodes granted
 	for attempt := true; ; {
 		if attempt && wr.isHead(q, el) {
+			wr.resubscribe(ctx, q)
 			wr.mu.Lock()
 			me.released = false
 			q.freed, q.woken = 0, false
@@ -302,6 +361,11 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		now := clock.Now()
 		wr.mu.Lock()
 		retryAt, expires := me.retryAt, q.holderExpires
+		if q.waiters.Front() == el {
+			if at := wr.resubscribeAt(q); !at.IsZero() && (retryAt.IsZero() || at.Before(retryAt)) {
+				retryAt = at
+			}
+		}
 		wr.mu.Unlock()
 		if !now.Before(deadline) {
 			return nil, &TakenError{Resource: req.Resource, RetryAfter: max(0, expires.Sub(now))}
@@ -324,6 +388,9 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		// expiry hint, or the deadline) just look again.
 		wr.mu.Lock()
 		due := !me.retryAt.IsZero() && !clock.Now().Before(me.retryAt)
+		if at := wr.resubscribeAt(q); !at.IsZero() && !time.Now().Before(at) && q.waiters.Front() == el {
+			due = true
+		}
 		attempt = due || (me.released && splits == 0)
 		if attempt {
 			me.released = false
@@ -343,9 +410,15 @@ func splitPause(n int) time.Duration {
 // handOver returns an acquisition's result to the caller, unless the caller
 // has left meanwhile: then nobody will use the lock, so nobody must wait for
 // it, and it is released at once.
+//
+// A lease that re-entered (the caller already held the lock before this
+// request) is not released: the caller may still count on its earlier
+// answer, and its lock stays as it was, with the TTL refreshed.
 func (r *Redlock) handOver(ctx context.Context, lease *Lease, err error) (*Lease, error) {
 	if err == nil && ctx.Err() != nil {
-		r.releaseAbandoned(lease)
+		if !lease.Reentered {
+			r.releaseAbandoned(lease)
+		}
 		return nil, ctx.Err()
 	}
 	return lease, err

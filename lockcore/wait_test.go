@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -583,4 +585,96 @@ func TestStampedeOnAFreeLockDoesNotStall(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestARetryByTheHolderIsAnsweredNotQueued(t *testing.T) {
+	// The holder retries its acquire with its own lease id and a wait while
+	// others queue for the lock: it gets its lock back (refreshed), at once,
+	// not a place behind the waiters and a 409 for its own lock.
+	c := newCluster(t, 3, nil, nil)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "mine", LeaseID: leaseA, TTL: holdTTL})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "mine", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+
+	began := time.Now()
+	again, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "mine", LeaseID: leaseA, TTL: holdTTL, Wait: time.Second})
+	if err != nil || !again.Reentered || again.Token != holder.Token {
+		t.Fatalf("retry by the holder: %+v, %v; want its lock again with token %d", again, err, holder.Token)
+	}
+	if d := time.Since(began); d > 500*time.Millisecond {
+		t.Fatalf("retry by the holder took %v: it waited in the queue", d)
+	}
+	mustRelease(t, c.rl, again)
+	if r := next(t, out, wakeBound); r.err != nil {
+		t.Fatalf("the queued waiter after the release: %v", r.err)
+	}
+}
+
+func TestAHolderWhoseRetryIsAbandonedKeepsItsLock(t *testing.T) {
+	// The holder's retry succeeds (re-entered) but its caller has gone by
+	// then: the lock is not released, since the caller may still count on
+	// its first answer.
+	c := newCluster(t, 3, nil, nil)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "keep", LeaseID: leaseA, TTL: holdTTL})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var answered atomic.Int32
+	for _, n := range c.nodes {
+		n.SetAfterAcquire(func(lockcore.NodeAcquire, lockcore.NodeReply) {
+			if answered.Add(1) == int32(len(c.nodes)) {
+				cancel() // every node re-entered; the caller leaves now
+			}
+		})
+	}
+	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "keep", LeaseID: leaseA, TTL: holdTTL, Wait: time.Second})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	info, err := c.rl.Inspect(context.Background(), "keep")
+	if err != nil || info.Token != holder.Token {
+		t.Fatalf("after the abandoned retry: %+v, %v; want the holder's lock with token %d", info, err, holder.Token)
+	}
+}
+
+// watchRefused is a node whose Watch fails while refuse is set; everything
+// else works.
+type watchRefused struct {
+	*nodetest.Faulty
+	refuse atomic.Bool
+}
+
+func (w *watchRefused) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
+	if w.refuse.Load() {
+		return nil, errors.New("watch refused")
+	}
+	return w.Faulty.Watch(ctx, resource, notify)
+}
+
+func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
+	// The queue's first Watch fails on two of three nodes, so a release
+	// made through another replica is announced to it by one node only,
+	// not a quorum. The head retries the missing subscriptions (and tries
+	// the lock) about once a second, so it gets the lock long before the
+	// holder's TTL.
+	c := newCluster(t, 3, nil, nil)
+	deaf := []*watchRefused{{Faulty: c.nodes[0]}, {Faulty: c.nodes[1]}}
+	deaf[0].refuse.Store(true)
+	deaf[1].refuse.Store(true)
+	rl, err := lockcore.New([]lockcore.Node{deaf[0], deaf[1], c.nodes[2]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "deaf", TTL: holdTTL})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "deaf", TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+	deaf[0].refuse.Store(false)
+	deaf[1].refuse.Store(false)
+	mustRelease(t, c.rl, holder)
+	r := next(t, out, wakeBound)
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	mustRelease(t, rl, r.lease)
 }

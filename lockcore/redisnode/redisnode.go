@@ -112,13 +112,13 @@ func (n *Node) Close() error {
 func ints(v any, want int) ([]int64, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) < want {
-		return nil, fmt.Errorf("redisnode: unexpected script reply %v", v)
+		return nil, fmt.Errorf("redisnode: unexpected script reply of type %T", v)
 	}
 	out := make([]int64, len(arr))
 	for i, x := range arr {
 		n, ok := x.(int64)
 		if !ok {
-			return nil, fmt.Errorf("redisnode: unexpected script reply %v", v)
+			return nil, fmt.Errorf("redisnode: unexpected script reply of type %T", v)
 		}
 		out[i] = n
 	}
@@ -203,13 +203,13 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 	}
 	arr, ok := res.([]any)
 	if !ok {
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply %v", res)
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply of type %T", res)
 	}
 	if len(arr) == 0 {
 		return lockcore.NodeLock{}, nil
 	}
 	if len(arr) != 5 {
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply %v", res)
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply of type %T", res)
 	}
 	lease, _ := arr[0].(string)
 	tok, _ := arr[1].(int64)
