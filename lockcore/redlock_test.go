@@ -946,3 +946,26 @@ func TestContextCancellation(t *testing.T) {
 		}
 	})
 }
+
+func TestRetryAfterIsWhenAQuorumFreesUp(t *testing.T) {
+	// A leftover copy of another lease's lock on one node (a release that
+	// never reached it, say) with a long TTL does not decide when the lock
+	// frees up: the holder's copies on the quorum do.
+	c := newCluster(t, 3, nil, nil)
+	ctx := context.Background()
+	if _, err := c.nodes[0].Inner().Acquire(ctx, lockcore.NodeAcquire{Resource: "hint", Lease: leaseB, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c.down(true, 0)
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "hint", LeaseID: leaseA, TTL: 10 * time.Second})
+	c.down(false, 0)
+
+	_, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "hint", TTL: time.Minute})
+	var te *lockcore.TakenError
+	if !errors.As(err, &te) {
+		t.Fatalf("err = %v, want *TakenError", err)
+	}
+	if te.RetryAfter > 10*time.Second || te.RetryAfter < 9*time.Second {
+		t.Fatalf("RetryAfter = %v, want the holder's ~10s on the quorum, not the leftover's hour", te.RetryAfter)
+	}
+}
