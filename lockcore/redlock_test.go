@@ -31,8 +31,16 @@ var fakeStart = time.Unix(1_700_000_000, 0)
 // cluster is a Redlock over fault-injecting wrappers of in-memory nodes.
 type cluster struct {
 	rl    *lockcore.Redlock
-	raw   []*memnode.Node
+	raw   []lockcore.Node
 	nodes []*nodetest.Faulty
+}
+
+// newRawNode makes node i of a cluster. By default it is an in-memory node
+// (nodeNow, when not nil, expires its locks); TestWaitingOnRedis swaps in
+// real redis-server nodes to run the waiting suite again. No test of this
+// package runs in parallel, so swapping it is safe.
+var newRawNode = func(t testing.TB, i int, nodeNow func() time.Time) lockcore.Node {
+	return memnode.New(&memnode.Options{Name: fmt.Sprintf("node-%c", 'A'+i), Now: nodeNow})
 }
 
 // newCluster builds n nodes and a Redlock over them. nodeNow, when not nil,
@@ -46,7 +54,7 @@ func newCluster(t testing.TB, n int, opts *lockcore.Options, nodeNow func() time
 	t.Helper()
 	c := &cluster{}
 	for i := range n {
-		raw := memnode.New(&memnode.Options{Name: fmt.Sprintf("node-%c", 'A'+i), Now: nodeNow})
+		raw := newRawNode(t, i, nodeNow)
 		c.raw = append(c.raw, raw)
 		c.nodes = append(c.nodes, nodetest.NewFaulty(raw))
 	}
