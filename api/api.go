@@ -20,11 +20,9 @@ const (
 	MediaProblem = "application/problem+json"
 )
 
-// Defaults of the contract.
-const (
-	DefaultTTLms = 30000
-	MaxWaitMs    = 300000
-)
+// DefaultTTLms is the TTL of a PUT without ttl_ms, unless the server is
+// configured otherwise.
+const DefaultTTLms = 30000
 
 // AcquireRequest is the optional body of PUT /locks/{resource}. Absent fields
 // take their defaults: ttl_ms 30000, wait_ms 0, owner "".

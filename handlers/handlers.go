@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	lockgate "github.com/lockgate/lockgate"
+	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
 )
 
@@ -74,7 +75,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 		o.BodyLimit = 16 << 10
 	}
 	if o.DefaultTTL <= 0 {
-		o.DefaultTTL = 30 * time.Second
+		o.DefaultTTL = api.DefaultTTLms * time.Millisecond
 	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = time.Second

@@ -131,6 +131,6 @@ func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease) {
 	h.Set("Cache-Control", "no-store")
 	writeJSON(w, status, api.Lease{
 		Resource: l.Resource, LeaseID: l.ID, FencingToken: l.Token,
-		TTLms: l.TTL.Milliseconds(), ValidityMs: max(1, l.Validity.Milliseconds()), ExpiresAt: l.Expires.UTC(),
+		TTLms: l.TTL.Milliseconds(), ValidityMs: l.Validity.Milliseconds(), ExpiresAt: l.Expires.UTC(),
 	})
 }

@@ -108,8 +108,8 @@ func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// ErrValidityExhausted is a QuorumError cause: a majority granted the lock,
-// but acquiring took so long that no validity was left.
+// ErrValidityExhausted is a QuorumError cause: a majority granted (or
+// extended) the lock, but it took so long that less than MinValidity was left.
 var ErrValidityExhausted = errors.New("lockcore: acquiring took longer than the lock's validity")
 
 // InvalidError reports a malformed or out-of-range argument.

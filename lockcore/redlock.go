@@ -109,6 +109,11 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	return r, nil
 }
 
+// MinValidity is the least validity a lease is granted or extended with:
+// less is reported as ErrValidityExhausted. The HTTP API counts validity in
+// whole milliseconds, so a lease always has at least 1 to report.
+const MinValidity = time.Millisecond
+
 // Quorum is the number of nodes that must agree: N/2+1.
 func (r *Redlock) Quorum() int { return r.quorum }
 
@@ -147,7 +152,8 @@ type Lease struct {
 	Token    int64  // the fencing token
 	TTL      time.Duration
 	// Validity is how long the lock is known to be held from the moment the
-	// answer was produced: TTL minus the time spent minus clock drift.
+	// answer was produced: TTL minus the time spent minus clock drift; at
+	// least MinValidity.
 	Validity time.Duration
 	// Expires is Now()+Validity on the Redlock's clock.
 	Expires time.Time
@@ -384,7 +390,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, e
 	}
 	now := r.opt.Clock.Now()
 	validity := req.TTL - now.Sub(start) - r.drift(req.TTL)
-	if validity <= 0 {
+	if validity < MinValidity {
 		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}})
 	}
 	return &Lease{
@@ -511,7 +517,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	}
 	now := r.opt.Clock.Now()
 	validity := ttl - now.Sub(start) - r.drift(ttl)
-	if validity <= 0 {
+	if validity < MinValidity {
 		r.opt.Observer.QuorumFailed("extend")
 		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
 	}

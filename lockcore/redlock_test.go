@@ -290,7 +290,8 @@ func TestValidity(t *testing.T) {
 	}{
 		{"nothing spent leaves TTL minus drift", 0, 0, ttl - 12*time.Millisecond},
 		{"time spent acquiring is subtracted", 0, 300 * time.Millisecond, ttl - 300*time.Millisecond - 12*time.Millisecond},
-		{"the last nanosecond of validity is still granted", 0, ttl - 12*time.Millisecond - 1, 1},
+		{"the last millisecond of validity is still granted", 0, ttl - 12*time.Millisecond - time.Millisecond, time.Millisecond},
+		{"less than a millisecond left fails", 0, ttl - 12*time.Millisecond - time.Millisecond + 1, 0},
 		{"a custom drift factor is honoured", 0.1, 100 * time.Millisecond, ttl - 100*time.Millisecond - 102*time.Millisecond},
 		{"no validity left fails", 0, ttl - 12*time.Millisecond, 0},
 		{"acquiring longer than the TTL fails", 0, 2 * ttl, 0},

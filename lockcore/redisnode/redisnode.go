@@ -166,20 +166,18 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 
 // Extend implements lockcore.Node with extend.lua.
 func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	res, err := extendScript.Run(ctx, n.rdb, []string{lockKey(resource)}, lease, ms(ttl)).Result()
-	if err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	v, err := ints(res, 2)
-	if err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return statusReply(v), nil
+	return n.runStatus(ctx, extendScript, []string{lockKey(resource)}, lease, ms(ttl))
 }
 
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
-	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease).Result()
+	return n.runStatus(ctx, releaseScript, []string{lockKey(resource), releasedKey(resource)}, lease)
+}
+
+// runStatus runs a script that answers {-1|0|1, value[, ttl]} (extend.lua,
+// release.lua) and maps the answer.
+func (n *Node) runStatus(ctx context.Context, s *redis.Script, keys []string, args ...any) (lockcore.NodeReply, error) {
+	res, err := s.Run(ctx, n.rdb, keys, args...).Result()
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
