@@ -24,6 +24,15 @@
 // failed attempt does not block others until its TTL runs out. Extend needs a
 // majority within the new validity as well. Release is sent to every node.
 //
+// When this replica has a waiter for the resource, Release hands the lock
+// over instead (HandOffer): each node releases the lock and grants it to the
+// waiter in one atomic step, incrementing its counter as an acquisition
+// does, and the waiter's lease is counted like an acquisition begun when the
+// hand-off began (same validity, same token rule below). It is answered as
+// soon as a majority granted it with the same token, the highest they
+// returned: that majority's counters are then at that token, which is all
+// step 3 below asks.
+//
 // # Fencing tokens
 //
 // Every successful acquisition returns a fencing token: a positive integer

@@ -25,9 +25,10 @@ type Node interface {
 	// otherwise, changing nothing.
 	Extend(ctx context.Context, resource, lease string, ttl time.Duration) (NodeReply, error)
 	// Release deletes the lock if lease holds it (StatusOK, Token = the
-	// lease's token) and, if the node is a Watcher, announces the release to
-	// the resource's watchers in the same atomic step. StatusTaken or
-	// StatusAbsent otherwise, changing and announcing nothing.
+	// lease's token, Wanted as recorded with the lock) and, if the node is
+	// a Watcher, announces the release to the resource's watchers in the
+	// same atomic step. StatusTaken or StatusAbsent otherwise, changing and
+	// announcing nothing.
 	Release(ctx context.Context, resource, lease string) (NodeReply, error)
 	// RaiseFence sets the fencing counter to token if it is lower, and sets
 	// the token stored with the lock to token if lease holds it with a lower
@@ -52,12 +53,41 @@ type Watcher interface {
 	Watch(ctx context.Context, resource string, notify func()) (stop func(), err error)
 }
 
+// HandOffer is implemented by nodes that can pass a lock from its holder
+// straight to the next waiter, so that a hand-off costs one round trip
+// instead of a release, a wake-up and a new acquisition.
+type HandOffer interface {
+	// HandOff releases the lock on next.Resource if lease holds it, exactly
+	// as Release does (released: StatusOK, StatusTaken or StatusAbsent), and
+	// then, in the same atomic step, grants the lock to next exactly as
+	// Acquire would grant a free lock (granted: StatusGranted, with the
+	// counter incremented and Token its new value) when the hand-off is
+	// allowed:
+	//   - the released lock was granted for the same replica (its
+	//     NodeAcquire.Replica equals next.Replica, which is not empty);
+	//   - no acquisition for another replica was refused while it was held
+	//     (see NodeAcquire.Replica);
+	//   - next.Lease is not lease.
+	//
+	// Otherwise nothing is granted (granted.Status is StatusAbsent) and a
+	// release is announced to watchers as Release announces it. A hand-off
+	// itself is not announced: the lock was never free. released.Wanted is
+	// set as Release sets it.
+	HandOff(ctx context.Context, lease string, next NodeAcquire) (released, granted NodeReply, err error)
+}
+
 // NodeAcquire is one node's share of an acquisition.
 type NodeAcquire struct {
 	Resource string
 	Lease    string
 	TTL      time.Duration
 	Owner    string
+	// Replica identifies the Redlock (gateway replica) asking. A node
+	// records it with a grant and, when it refuses an acquisition for a
+	// different replica than the holder's, marks the lock as wanted
+	// elsewhere (see NodeReply.Wanted), which stops HandOff from passing it
+	// on within a replica. Empty matches no replica.
+	Replica string
 }
 
 // NodeStatus is what a node did with a request.
@@ -95,6 +125,10 @@ type NodeReply struct {
 	PTTL time.Duration
 	// TTL is the TTL the lock is now set with (OK from Extend).
 	TTL time.Duration
+	// Wanted (OK from Release and HandOff) is set when an acquisition for
+	// another replica than the one the released lock was granted for was
+	// refused while it was held: a waiter elsewhere may want it.
+	Wanted bool
 }
 
 // NodeLock is a node's view of a lock.

@@ -13,7 +13,8 @@ import (
 // of bounded cardinality.
 type Observer interface {
 	// NodeCall reports one call to one node: node is the node's String(),
-	// op is "acquire", "extend", "release", "fence", "inspect" or "ping",
+	// op is "acquire", "extend", "release", "handoff", "fence", "inspect"
+	// or "ping",
 	// d is how long the call took, and err is nil when the node answered
 	// (whatever its answer) or what went wrong: a timeout matches
 	// context.DeadlineExceeded.
@@ -96,6 +97,14 @@ func (n observedNode) Release(ctx context.Context, resource, lease string) (Node
 	rep, err := n.Node.Release(ctx, resource, lease)
 	n.done("release", start, err)
 	return rep, err
+}
+
+// HandOff is called only when the observed node is a HandOffer.
+func (n observedNode) HandOff(ctx context.Context, lease string, next NodeAcquire) (NodeReply, NodeReply, error) {
+	start := time.Now()
+	rel, got, err := n.Node.(HandOffer).HandOff(ctx, lease, next)
+	n.done("handoff", start, err)
+	return rel, got, err
 }
 
 func (n observedNode) RaiseFence(ctx context.Context, resource, lease string, token int64) error {

@@ -85,6 +85,11 @@ type Redlock struct {
 	opt    Options
 	waits  *waitRoom
 	calls  []Node // nodes as fanout calls them: reported to opt.Observer
+	// id names this Redlock to the nodes (NodeAcquire.Replica): random, not
+	// secret.
+	id string
+	// handOff is true when every node is a HandOffer.
+	handOff bool
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -103,7 +108,12 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	if o.DriftFactor >= 0.5 {
 		return nil, &InvalidError{Field: "drift factor", Reason: "must be below 0.5"}
 	}
-	r := &Redlock{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opt: o}
+	r := &Redlock{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opt: o, id: NewLeaseID()[:16], handOff: true}
+	for _, n := range nodes {
+		if _, ok := n.(HandOffer); !ok {
+			r.handOff = false
+		}
+	}
 	r.waits = newWaitRoom(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
 	return r, nil
@@ -287,6 +297,12 @@ type nodeResult struct {
 // fanout calls fn on every node in parallel, each bounded by NodeTimeout,
 // and returns the results indexed by node.
 func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
+	return r.fanoutEach(ctx, fn, nil)
+}
+
+// fanoutEach is fanout that also calls each (when not nil) with every
+// result as it arrives, on the caller's goroutine.
+func (r *Redlock) fanoutEach(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error), each func(nodeResult)) []nodeResult {
 	ch := make(chan nodeResult, len(r.nodes))
 	for i, n := range r.calls {
 		go func() {
@@ -303,6 +319,9 @@ func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int
 	for range r.nodes {
 		res := <-ch
 		out[res.i] = res
+		if each != nil {
+			each(res)
+		}
 	}
 	return out
 }
@@ -357,8 +376,20 @@ func (t tally) answered() int { return t.ok + t.taken + t.absent }
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
 func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
 	start := r.opt.Clock.Now()
-	na := NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner}
+	na := r.nodeAcquire(req)
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
+	return r.settle(ctx, req, start, results)
+}
+
+func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
+	return NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner, Replica: r.id}
+}
+
+// settle decides an acquisition from the nodes' answers to it (an Acquire
+// round begun at start, or the grants of a hand-off begun at start): a lease
+// when a quorum granted it within its validity, its token fenced on a
+// quorum; otherwise an error, after undoing what was granted.
+func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Time, results []nodeResult) (*Lease, error) {
 	t := count(results, StatusGranted, StatusReentered)
 	reentered := slices.ContainsFunc(results, func(res nodeResult) bool {
 		return res.err == nil && res.reply.Status == StatusReentered
@@ -525,7 +556,11 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 		Validity: validity, Expires: now.Add(validity), Reentered: true}, nil
 }
 
-// Release frees a held lock on every node and wakes this replica's waiters.
+// Release frees a held lock on every node and wakes this replica's waiters;
+// when one waits, it passes the lock straight to it instead, if the nodes
+// allow it (see HandOffer): the next holder then needs no acquire round of
+// its own. A lock that a waiter on another replica was refused is not passed
+// on, and this replica's waiters let the other replica's try first.
 //
 // Errors: *InvalidError; ErrTokenMismatch; ErrNotHeld; *HeldByOtherError
 // (ErrHeldByOther); *QuorumError (ErrNoQuorum) when too few nodes answered
@@ -541,15 +576,123 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
 		return err
 	}
+	if r.handOff {
+		if next := r.waits.claim(req.Resource, req.LeaseID); next != nil {
+			return r.handOffTo(ctx, req, next)
+		}
+	}
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return n.Release(ctx, req.Resource, req.LeaseID)
 	})
 	t := count(results, StatusOK)
+	if wanted(results) {
+		r.waits.yield(req.Resource)
+	}
 	r.waits.announce(req.Resource, released(results))
 	if err := r.verdict("release", req.Resource, t); err != nil {
 		return withCtx(ctx, err)
 	}
 	return nil
+}
+
+// wanted reports whether a node released a lock that had been refused to
+// another replica (NodeReply.Wanted).
+func wanted(results []nodeResult) bool {
+	return slices.ContainsFunc(results, func(res nodeResult) bool {
+		return res.err == nil && res.reply.Status == StatusOK && res.reply.Wanted
+	})
+}
+
+// handOffTo releases req's lease and, in the same step on each node, grants
+// the lock to next, the head of this replica's queue (see HandOffer).
+//
+// next is answered as soon as a quorum of nodes granted it with the same
+// token, the highest granted so far, within its validity counted from the
+// start of the hand-off: that quorum's counters are at that token, as the
+// fencing rule requires (see the package doc), and a node answering later
+// cannot change that. Otherwise the grants are settled once every node has
+// answered, like an Acquire round begun when the hand-off began: a lease
+// with its token fenced, or its grants undone and next woken to try itself.
+// The release is judged as Release judges it, whatever became of the grant.
+//
+// The hand-off runs to its end even if ctx ends: next's answer depends on it.
+func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
+	hctx := context.WithoutCancel(ctx)
+	start := r.opt.Clock.Now()
+	na := r.nodeAcquire(next.req)
+	grants := make([]nodeResult, len(r.nodes))
+	var arrived uint64
+	var early, abandoned *Lease
+	results := r.fanoutEach(hctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+		rel, got, err := n.(HandOffer).HandOff(ctx, req.LeaseID, na)
+		grants[i].reply = got
+		return rel, err
+	}, func(res nodeResult) {
+		grants[res.i].i, grants[res.i].err = res.i, res.err
+		arrived |= 1 << res.i
+		if early == nil {
+			if early = r.quorumGrant(next.req, start, grants, arrived); early != nil {
+				abandoned = r.waits.deliver(next, early, nil)
+			}
+		}
+	})
+	close(next.handing)
+	var handed uint64
+	for i, g := range grants {
+		if g.err == nil && (g.reply.Status == StatusGranted || g.reply.Status == StatusReentered) {
+			handed |= 1 << i
+		}
+	}
+	if early == nil {
+		lease, err := r.settle(hctx, next.req, start, grants)
+		if err != nil && wanted(results) {
+			r.waits.yield(req.Resource)
+		}
+		abandoned = r.waits.deliver(next, lease, err)
+	}
+	if abandoned != nil {
+		_, _ = r.handOver(canceled, abandoned, nil)
+	}
+	// Nodes that released without passing the lock on announced it.
+	r.waits.announce(req.Resource, released(results)&^handed)
+	t := count(results, StatusOK)
+	if err := r.verdict("release", req.Resource, t); err != nil {
+		return withCtx(ctx, err)
+	}
+	return nil
+}
+
+// quorumGrant returns the lease for req when the nodes in arrived that
+// granted it include a quorum with the same token, the highest among them,
+// and validity is left; otherwise nil.
+func (r *Redlock) quorumGrant(req AcquireRequest, start time.Time, grants []nodeResult, arrived uint64) *Lease {
+	var top int64
+	n := 0
+	for i := range grants {
+		if arrived&(1<<i) == 0 {
+			continue // its goroutine may still be writing it
+		}
+		g := grants[i]
+		if g.err != nil || g.reply.Status != StatusGranted {
+			continue
+		}
+		switch tok := g.reply.Token; {
+		case tok > top:
+			top, n = tok, 1
+		case tok == top:
+			n++
+		}
+	}
+	if n < r.quorum || top > MaxToken {
+		return nil
+	}
+	now := r.opt.Clock.Now()
+	validity := req.TTL - now.Sub(start) - r.drift(req.TTL)
+	if validity < MinValidity {
+		return nil
+	}
+	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: top, TTL: req.TTL,
+		Validity: validity, Expires: now.Add(validity), Owner: req.Owner}
 }
 
 // verdict turns an extend or release tally into nil or the error to return.

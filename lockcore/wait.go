@@ -13,8 +13,16 @@ import (
 // Waiting for a held lock.
 //
 // Waiters on one Redlock (one gateway replica) queue per resource in arrival
-// order. Only the head of a queue tries to acquire; the others sleep until
-// they become the head. The head tries again when
+// order. Only the head of a queue is served; the others sleep until they
+// become the head.
+//
+// A Release through this replica hands the lock straight to the head when
+// the nodes allow it (HandOffer; see Redlock.handOffTo): the head is claimed
+// (it does not try by itself meanwhile) and then either given its lease or,
+// when the hand-off failed, woken to try. A head that left meanwhile has the
+// lease released for it, once every node has answered the hand-off.
+//
+// Otherwise the head tries by itself when
 //   - a release is announced on a quorum of nodes: by this replica's own
 //     Release (it knows which nodes released), or by the nodes themselves
 //     (Watcher), which announce each release in the same atomic step as
@@ -43,18 +51,31 @@ import (
 // An Acquire that waits tries once before joining when nobody waits for the
 // resource on this replica (no subscription is needed for a free lock). It
 // joins the tail of a non-empty queue without trying first, so the releaser
-// of a lock that others wait for cannot take it back ahead of them. Across
-// replicas there is no queue: each replica's head tries on the same
-// announcement, and whichever reaches a majority first wins.
+// of a lock that others wait for cannot take it back ahead of them.
+//
+// Across replicas there is no queue: each replica's head tries on the same
+// announcement, and whichever reaches a majority first wins. Hand-offs would
+// let a replica with a busy queue keep a lock forever, so a node refuses to
+// pass on a lock that a waiter through another replica was refused
+// (NodeReply.Wanted). Such a release is announced, and the releasing replica
+// yields for yieldFor: its head does not try on the announcement, and a new
+// Acquire there joins the queue instead of trying first (right after its own
+// release it would always win). The other replica's waiter gets the lock;
+// when it releases, this replica's head (refused meanwhile) is owed the next
+// turn the same way, so two busy replicas alternate.
 
 type waitRoom struct {
 	r        *Redlock
 	watchers uint64 // the nodes that are Watchers (bit i: node i)
 	mu       sync.Mutex
 	queues   map[string]*waitQueue
-	total    int
-	closed   bool
-	closing  chan struct{}
+	// yields holds, per resource released while a waiter on another
+	// replica wanted it, until when this replica's waiters let that one
+	// try first (see yield).
+	yields  map[string]time.Time
+	total   int
+	closed  bool
+	closing chan struct{}
 }
 
 type waitQueue struct {
@@ -74,11 +95,26 @@ type waitQueue struct {
 	// holderExpires is when the current holder's lock runs out, as far as
 	// this queue knows: the answer to a waiter whose wait runs out.
 	holderExpires time.Time
+	// yieldUntil: a hand-off was refused because a waiter on another
+	// replica wants the lock; until then the head does not try on a
+	// release announcement, so that the other replica's waiter gets it.
+	yieldUntil time.Time
 }
 
 type waiter struct {
 	wake chan struct{} // buffered(1): a pending wake-up is never lost
+	req  AcquireRequest
 	// Guarded by waitRoom.mu:
+	// attempting: the waiter's own acquisition round is under way.
+	// claimed: a Release is handing the lock to this waiter (see claim).
+	// handed: the lease it handed over, not yet taken by the waiter.
+	// handing: closed once the last hand-off to it has heard from every
+	// node; a handed lease is released only after that, or the release
+	// could reach a node before the grant it must undo.
+	// gone: the waiter has left the queue.
+	attempting, claimed, gone bool
+	handed                    *Lease
+	handing                   chan struct{}
 	// released is set when a release was announced (or the head before this
 	// waiter left without the lock): the lock may be free, try now.
 	released bool
@@ -88,7 +124,7 @@ type waiter struct {
 }
 
 func newWaitRoom(r *Redlock) *waitRoom {
-	wr := &waitRoom{r: r, queues: map[string]*waitQueue{}, closing: make(chan struct{})}
+	wr := &waitRoom{r: r, queues: map[string]*waitQueue{}, yields: map[string]time.Time{}, closing: make(chan struct{})}
 	for i, n := range r.nodes {
 		if _, ok := n.(Watcher); ok {
 			wr.watchers |= 1 << i
@@ -106,7 +142,8 @@ func (w *waiter) poke() {
 
 // join adds a waiter at the tail of the resource's queue, creating the queue
 // (and its subscriptions) when it is the first.
-func (wr *waitRoom) join(ctx context.Context, resource string) (*waitQueue, *list.Element, error) {
+func (wr *waitRoom) join(ctx context.Context, req AcquireRequest) (*waitQueue, *list.Element, error) {
+	resource := req.Resource
 	wr.mu.Lock()
 	if wr.closed {
 		wr.mu.Unlock()
@@ -119,10 +156,11 @@ func (wr *waitRoom) join(ctx context.Context, resource string) (*waitQueue, *lis
 	q := wr.queues[resource]
 	first := q == nil
 	if first {
-		q = &waitQueue{resource: resource, waiters: list.New(), ready: make(chan struct{})}
+		q = &waitQueue{resource: resource, waiters: list.New(), ready: make(chan struct{}), yieldUntil: wr.yields[resource]}
+		delete(wr.yields, resource)
 		wr.queues[resource] = q
 	}
-	el := q.waiters.PushBack(&waiter{wake: make(chan struct{}, 1)})
+	el := q.waiters.PushBack(&waiter{wake: make(chan struct{}, 1), req: req})
 	wr.total++
 	wr.mu.Unlock()
 
@@ -211,6 +249,11 @@ func (wr *waitRoom) resubscribe(ctx context.Context, q *waitQueue) {
 // that lock's expiry as hint). The last waiter out ends the subscriptions.
 func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	wr.mu.Lock()
+	me := el.Value.(*waiter)
+	me.gone = true
+	// A lease handed over as the waiter gave up: nobody will use it.
+	abandoned, handing := me.handed, me.handing
+	me.handed = nil
 	wasHead := q.waiters.Front() == el
 	q.waiters.Remove(el)
 	wr.total--
@@ -236,6 +279,90 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	for _, stop := range stops {
 		stop()
 	}
+	if abandoned != nil {
+		<-handing
+		_, _ = wr.r.handOver(canceled, abandoned, nil)
+	}
+}
+
+// canceled is an ended context: handOver releases a lease for it.
+var canceled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// claim picks the head of resource's queue for a hand-off by the Release of
+// lease, or returns nil when there is nobody to hand the lock to: no queue,
+// the room is closed, the head is trying by itself or already has a lease
+// coming, or the head asks with the releasing lease. A claimed head does not
+// try by itself until deliver answers.
+func (wr *waitRoom) claim(resource, lease string) *waiter {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	q := wr.queues[resource]
+	if wr.closed || q == nil || q.waiters.Len() == 0 {
+		return nil
+	}
+	w := q.waiters.Front().Value.(*waiter)
+	if w.attempting || w.claimed || w.handed != nil || w.req.LeaseID == lease {
+		return nil
+	}
+	w.claimed = true
+	w.handing = make(chan struct{})
+	return w
+}
+
+// yield makes this replica's waiters on resource let a waiter on another
+// replica try first: for yieldFor, the head does not try on a release
+// announcement, and a new Acquire joins the queue instead of trying at once
+// (which, right after its own release, would win every time).
+func (wr *waitRoom) yield(resource string) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	wr.yieldLocked(resource)
+}
+
+func (wr *waitRoom) yieldLocked(resource string) {
+	now := wr.r.opt.Clock.Now()
+	until := now.Add(yieldFor)
+	if q := wr.queues[resource]; q != nil {
+		q.yieldUntil = until
+		return
+	}
+	if len(wr.yields) >= 1024 {
+		for res, t := range wr.yields {
+			if !now.Before(t) {
+				delete(wr.yields, res)
+			}
+		}
+	}
+	wr.yields[resource] = until
+}
+
+// yieldFor is how long a head waits before trying after a hand-off was
+// refused because a waiter on another replica wanted the lock: enough for
+// that replica to hear the release and acquire.
+const yieldFor = 3 * time.Millisecond
+
+// deliver gives w the lease handed to it, or, when the hand-off failed
+// (err), wakes w to try by itself. If w has left, the lease is returned:
+// nobody will use it, and the caller must release it once the hand-off has
+// heard from every node.
+func (wr *waitRoom) deliver(w *waiter, lease *Lease, err error) (abandoned *Lease) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	w.claimed = false
+	switch {
+	case err == nil && w.gone:
+		return lease
+	case err == nil:
+		w.handed = lease
+	default:
+		w.released = true
+	}
+	w.poke()
+	return nil
 }
 
 // announce records that the nodes in mask released the lock on resource,
@@ -262,6 +389,28 @@ func (wr *waitRoom) announce(resource string, mask uint64) {
 	}
 }
 
+// startAttempt prepares the head's own attempt: the subscriptions it lacks
+// are retried first, and what was announced so far is forgotten (the attempt
+// sees it). It returns false when a hand-off to the head is under way or
+// done (the head waits for it instead), or while the queue yields to another
+// replica (the head tries when that ends).
+func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, now time.Time) bool {
+	wr.resubscribe(ctx, q)
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	if me.claimed || me.handed != nil {
+		return false
+	}
+	if now.Before(q.yieldUntil) {
+		// Another replica's waiter goes first; try once it had time.
+		me.retryAt = q.yieldUntil
+		return false
+	}
+	me.attempting, me.released = true, false
+	q.freed, q.woken = 0, false
+	return true
+}
+
 func (wr *waitRoom) isHead(q *waitQueue, el *list.Element) bool {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
@@ -286,6 +435,9 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	wr.mu.Lock()
 	_, busy := wr.queues[req.Resource]
 	closed := wr.closed
+	// Right after this replica released a lock a waiter elsewhere wanted,
+	// trying at once would win every time: join, and let the other go first.
+	yielding := clock.Now().Before(wr.yields[req.Resource])
 	wr.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
@@ -304,7 +456,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 			return nil, err
 		}
 	}
-	if !busy {
+	if !busy && !yielding {
 		// Nobody waits here: try once before paying for a subscription.
 		lease, err := wr.r.tryAcquire(ctx, req)
 		if !errors.As(err, &taken) {
@@ -312,7 +464,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		}
 	}
 
-	q, el, err := wr.join(ctx, req.Resource)
+	q, el, err := wr.join(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -324,13 +476,11 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	defer timer.Stop()
 	splits := 0 // failed attempts in a row that some nodes granted
 	for attempt := true; ; {
-		if attempt && wr.isHead(q, el) {
-			wr.resubscribe(ctx, q)
-			wr.mu.Lock()
-			me.released = false
-			q.freed, q.woken = 0, false
-			wr.mu.Unlock()
+		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now()) {
 			lease, err := wr.r.tryAcquire(ctx, req)
+			wr.mu.Lock()
+			me.attempting = false
+			wr.mu.Unlock()
 			if !errors.As(err, &taken) {
 				lease, err = wr.r.handOver(ctx, lease, err)
 				if err == nil {
@@ -358,8 +508,21 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 			}
 			wr.mu.Unlock()
 		}
-		now := clock.Now()
 		wr.mu.Lock()
+		if lease := me.handed; lease != nil {
+			me.handed = nil
+			handing := me.handing
+			wr.mu.Unlock()
+			if ctx.Err() != nil {
+				<-handing // handOver releases it: not before every grant is in
+			}
+			lease, err := wr.r.handOver(ctx, lease, nil)
+			if err == nil {
+				hint = lease.Expires
+			}
+			return lease, err
+		}
+		now := clock.Now()
 		retryAt, expires := me.retryAt, q.holderExpires
 		if q.waiters.Front() == el {
 			if at := wr.resubscribeAt(q); !at.IsZero() && (retryAt.IsZero() || at.Before(retryAt)) {

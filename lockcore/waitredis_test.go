@@ -53,6 +53,12 @@ func TestWaitingOnRedis(t *testing.T) {
 		{"a holder's retry is answered", TestARetryByTheHolderIsAnsweredNotQueued},
 		{"an abandoned retry keeps the lock", TestAHolderWhoseRetryIsAbandonedKeepsItsLock},
 		{"a deaf queue recovers", TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater},
+		{"a release hands the lock to the head", TestReleaseHandsTheLockToTheHeadOfTheQueue},
+		{"a hand-off's token follows the fencing rule", TestHandOffTokensFollowTheFencingRule},
+		{"a hand-off with a minority down", TestHandOffWithAMinorityDown},
+		{"a release through another replica wakes the head", TestAReleaseThroughAnotherReplicaWakesTheHeadInstead},
+		{"a refused hand-off lets the head try", TestAHandOffRefusedOnAQuorumLetsTheHeadTry},
+		{"no replica starves another", TestAQueueOnOneReplicaDoesNotStarveAnother},
 	} {
 		t.Run(tc.name, tc.run)
 	}

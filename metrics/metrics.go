@@ -69,7 +69,7 @@ func New() *Metrics {
 		}, []string{"op"}),
 		nodeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_node_call_duration_seconds",
-			Help:    "Latency of each call to one lock node (Redis master) by node and operation (acquire, extend, release, fence, inspect, ping), failed calls included.",
+			Help:    "Latency of each call to one lock node (Redis master) by node and operation (acquire, extend, release, handoff, fence, inspect, ping), failed calls included.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
 		}, []string{"node", "op"}),
 		nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -34,6 +34,8 @@ type entry struct {
 	owner   string
 	ttl     time.Duration
 	expires time.Time
+	by      string // the replica it was granted for
+	wanted  bool   // an acquisition for another replica was refused
 }
 
 type watch struct{ notify func() }
@@ -64,8 +66,9 @@ func New(opts *Options) *Node {
 }
 
 var (
-	_ lockcore.Node    = (*Node)(nil)
-	_ lockcore.Watcher = (*Node)(nil)
+	_ lockcore.Node      = (*Node)(nil)
+	_ lockcore.Watcher   = (*Node)(nil)
+	_ lockcore.HandOffer = (*Node)(nil)
 )
 
 // String names the node.
@@ -95,16 +98,26 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 	defer n.mu.Unlock()
 	switch e := n.live(req.Resource); {
 	case e == nil:
-		n.counters[req.Resource]++
-		tok := n.counters[req.Resource]
-		n.locks[req.Resource] = &entry{lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL, expires: n.now().Add(req.TTL)}
-		return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}, nil
+		return n.grant(req), nil
 	case e.lease == req.Lease:
 		e.ttl, e.expires = req.TTL, n.now().Add(req.TTL)
 		return lockcore.NodeReply{Status: lockcore.StatusReentered, Token: e.token}, nil
 	default:
+		if e.by != req.Replica {
+			e.wanted = true
+		}
 		return n.taken(e), nil
 	}
+}
+
+// grant gives the free lock on req.Resource to req.Lease with a new token.
+// n.mu must be held.
+func (n *Node) grant(req lockcore.NodeAcquire) lockcore.NodeReply {
+	n.counters[req.Resource]++
+	tok := n.counters[req.Resource]
+	n.locks[req.Resource] = &entry{lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL,
+		expires: n.now().Add(req.TTL), by: req.Replica}
+	return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}
 }
 
 // Extend implements lockcore.Node.
@@ -141,13 +154,44 @@ func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.No
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
 	case e.lease == lease:
 		delete(n.locks, resource)
-		for w := range n.watchers[resource] {
-			w.notify()
-		}
-		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token}, nil
+		n.announce(resource)
+		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, Wanted: e.wanted}, nil
 	default:
 		return n.taken(e), nil
 	}
+}
+
+// announce calls every watch's notify on resource. n.mu must be held.
+func (n *Node) announce(resource string) {
+	for w := range n.watchers[resource] {
+		w.notify()
+	}
+}
+
+// HandOff implements lockcore.HandOffer: a release by the holder and, when
+// allowed, a grant to next, under the node's lock. A release not followed by
+// a grant calls every watch's notify before HandOff returns.
+func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+	absent := lockcore.NodeReply{Status: lockcore.StatusAbsent}
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.live(next.Resource)
+	switch {
+	case e == nil:
+		return absent, absent, nil
+	case e.lease != lease:
+		return n.taken(e), absent, nil
+	}
+	delete(n.locks, next.Resource)
+	released = lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, Wanted: e.wanted}
+	if next.Replica != "" && e.by == next.Replica && !e.wanted && next.Lease != lease {
+		return released, n.grant(next), nil
+	}
+	n.announce(next.Resource)
+	return released, absent, nil
 }
 
 // RaiseFence implements lockcore.Node.

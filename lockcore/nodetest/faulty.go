@@ -28,8 +28,8 @@ var ErrNotWatcher = errors.New("nodetest: the wrapped node is not a lockcore.Wat
 //
 // A call through Faulty goes through these steps, in order:
 //
-//  1. Acquire only: the call is counted (see Acquires) and the hook set with
-//     SetBeforeAcquire runs, whatever happens next.
+//  1. Acquire and HandOff only: the call is counted (see Acquires) and the
+//     hook set with SetBeforeAcquire runs, whatever happens next.
 //  2. Down (SetDown with a non-nil error): the call fails at once with that
 //     error; the wrapped node is not called.
 //  3. Hang (SetHang): the call blocks until its context ends and fails with
@@ -37,17 +37,20 @@ var ErrNotWatcher = errors.New("nodetest: the wrapped node is not a lockcore.Wat
 //  4. Delay (SetDelay): the call waits that long first; if its context ends
 //     sooner, it fails with the context's error and the wrapped node is not
 //     called.
-//  5. Acquire only, late grant (SetLateGrant): the wrapped node is asked to
+//  5. Acquire (and HandOff), late grant (SetLateGrant): the wrapped node is asked to
 //     acquire (and grants, if the lock is free) under a context that never
 //     ends, but the reply is dropped: the call blocks until its own context
 //     ends and fails with the context's error. This is a grant whose reply
 //     was lost.
-//  6. The wrapped node is called. For Acquire, if it answers without error,
-//     the hook set with SetAfterAcquire runs with the request and the reply
-//     before the reply is returned.
+//  6. The wrapped node is called. For Acquire (and HandOff), if it answers
+//     without error, the hook set with SetAfterAcquire runs with the request
+//     and the reply (HandOff's next and its grant) before the reply is
+//     returned.
 //
 // Steps 2 to 4 apply to every method but String: Acquire, Extend, Release,
-// RaiseFence, Inspect, Ping, and Watch when the wrapped node is a Watcher.
+// HandOff, RaiseFence, Inspect, Ping, and Watch when the wrapped node is a
+// Watcher. HandOff with a late grant set reaches the wrapped node under a
+// context that never ends and loses its reply, as Acquire does.
 // String always names the wrapped node.
 type Faulty struct {
 	inner lockcore.Node
@@ -64,9 +67,15 @@ type Faulty struct {
 }
 
 var (
-	_ lockcore.Node    = (*Faulty)(nil)
-	_ lockcore.Watcher = (*Faulty)(nil)
+	_ lockcore.Node      = (*Faulty)(nil)
+	_ lockcore.Watcher   = (*Faulty)(nil)
+	_ lockcore.HandOffer = (*Faulty)(nil)
 )
+
+// ErrNotHandOffer is what Faulty.HandOff returns when the node it wraps is
+// not a lockcore.HandOffer. A Redlock hands off only when every node is a
+// HandOffer, so it never calls HandOff on such a wrapper.
+var ErrNotHandOffer = errors.New("nodetest: the wrapped node is not a lockcore.HandOffer")
 
 // NewFaulty wraps inner with no fault set.
 func NewFaulty(inner lockcore.Node) *Faulty { return &Faulty{inner: inner} }
@@ -86,7 +95,7 @@ func (f *Faulty) SetHang(hang bool) { f.locked(func() { f.hang = hang }) }
 // removes the delay.
 func (f *Faulty) SetDelay(d time.Duration) { f.locked(func() { f.delay = d }) }
 
-// SetLateGrant makes Acquire reach the wrapped node but lose its reply
+// SetLateGrant makes Acquire and HandOff reach the wrapped node but lose their reply
 // (true), or answer normally again (false).
 func (f *Faulty) SetLateGrant(late bool) { f.locked(func() { f.lateGrant = late }) }
 
@@ -104,8 +113,8 @@ func (f *Faulty) SetAfterAcquire(hook func(lockcore.NodeAcquire, lockcore.NodeRe
 	f.locked(func() { f.afterAcquire = hook })
 }
 
-// Acquires returns how many Acquire calls were made through f, whatever
-// their fate.
+// Acquires returns how many Acquire and HandOff calls were made through f,
+// whatever their fate.
 func (f *Faulty) Acquires() int64 { return f.acquires.Load() }
 
 // locked runs fn with f.mu held.
@@ -180,6 +189,40 @@ func (f *Faulty) Release(ctx context.Context, resource, lease string) (lockcore.
 		return lockcore.NodeReply{}, err
 	}
 	return f.inner.Release(ctx, resource, lease)
+}
+
+// HandOff implements lockcore.HandOffer by delegating to the wrapped node; it
+// fails with ErrNotHandOffer when the wrapped node is no HandOffer. A
+// hand-off is an acquisition for next: it is counted by Acquires, and the
+// acquire hooks run with next (SetAfterAcquire's with the grant's reply).
+func (f *Faulty) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+	h, ok := f.inner.(lockcore.HandOffer)
+	if !ok {
+		return released, granted, ErrNotHandOffer
+	}
+	f.acquires.Add(1)
+	f.mu.Lock()
+	before := f.beforeAcq
+	f.mu.Unlock()
+	if before != nil {
+		before(next)
+	}
+	if err := f.fault(ctx); err != nil {
+		return released, granted, err
+	}
+	f.mu.Lock()
+	late, after := f.lateGrant, f.afterAcquire
+	f.mu.Unlock()
+	if late {
+		_, _, _ = h.HandOff(context.Background(), lease, next)
+		<-ctx.Done()
+		return released, granted, ctx.Err()
+	}
+	released, granted, err = h.HandOff(ctx, lease, next)
+	if err == nil && after != nil {
+		after(next, granted)
+	}
+	return released, granted, err
 }
 
 // RaiseFence implements lockcore.Node.

@@ -258,9 +258,194 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 		}
 	})
 
+	t.Run("hand-off", func(t *testing.T) {
+		if _, ok := newNode(t).(lockcore.HandOffer); !ok {
+			t.Skip("node does not implement lockcore.HandOffer")
+		}
+		runHandOff(t, newNode, res)
+	})
+
 	t.Run("ping", func(t *testing.T) {
 		if err := newNode(t).Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+// runHandOff checks lockcore.HandOffer: a release and, when allowed, a grant
+// to the next lease in one step, announced only when nothing was passed on.
+func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func(t *testing.T) string) {
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+	const holder, next, other = "lease-holder-0123456789", "lease-next-0123456789", "lease-other-0123456789"
+	const replicaA, replicaB = "replica-A", "replica-B"
+	nodeAcq := func(r, lease, replica string) lockcore.NodeAcquire {
+		return lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: ttl, Owner: "owner-" + lease, Replica: replica}
+	}
+	cases := []struct {
+		name string
+		// setup prepares resource r on node n.
+		setup   func(t *testing.T, n lockcore.Node, r string)
+		release string // the lease that hands off
+		next    lockcore.NodeAcquire
+		// Expected released and granted statuses, and whether the release
+		// is announced.
+		wantRel, wantGot  lockcore.NodeStatus
+		wanted, announced bool
+	}{
+		{
+			name:    "the holder passes the lock to the next waiter of its replica",
+			setup:   func(t *testing.T, n lockcore.Node, r string) { mustGrant(t, n, nodeAcq(r, holder, replicaA)) },
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusGranted,
+		},
+		{
+			name: "a refusal within the replica does not stop the hand-off",
+			setup: func(t *testing.T, n lockcore.Node, r string) {
+				mustGrant(t, n, nodeAcq(r, holder, replicaA))
+				mustRefuse(t, n, nodeAcq(r, other, replicaA))
+			},
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusGranted,
+		},
+		{
+			name: "a lock another replica asked for is released, not passed on",
+			setup: func(t *testing.T, n lockcore.Node, r string) {
+				mustGrant(t, n, nodeAcq(r, holder, replicaA))
+				mustRefuse(t, n, nodeAcq(r, other, replicaB))
+			},
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, wanted: true, announced: true,
+		},
+		{
+			name:    "a lock granted for another replica is released, not passed on",
+			setup:   func(t *testing.T, n lockcore.Node, r string) { mustGrant(t, n, nodeAcq(r, holder, replicaB)) },
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, announced: true,
+		},
+		{
+			name:    "an empty replica matches none",
+			setup:   func(t *testing.T, n lockcore.Node, r string) { mustGrant(t, n, nodeAcq(r, holder, "")) },
+			release: holder, next: nodeAcq("", next, ""),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, announced: true,
+		},
+		{
+			name:    "a lease is not handed the lock it releases",
+			setup:   func(t *testing.T, n lockcore.Node, r string) { mustGrant(t, n, nodeAcq(r, holder, replicaA)) },
+			release: holder, next: nodeAcq("", holder, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, announced: true,
+		},
+		{
+			name:    "another lease cannot hand off the holder's lock",
+			setup:   func(t *testing.T, n lockcore.Node, r string) { mustGrant(t, n, nodeAcq(r, holder, replicaA)) },
+			release: other, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusTaken, wantGot: lockcore.StatusAbsent,
+		},
+		{
+			name:    "a free lock is not granted by a hand-off",
+			setup:   func(t *testing.T, n lockcore.Node, r string) {},
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusAbsent, wantGot: lockcore.StatusAbsent,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n, r := newNode(t), res(t)
+			c.setup(t, n, r)
+			before, _ := n.Inspect(ctx, r)
+			heard := make(chan struct{}, 4)
+			if w, ok := n.(lockcore.Watcher); ok {
+				stop, err := w.Watch(ctx, r, func() { heard <- struct{}{} })
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stop()
+			}
+			c.next.Resource = r
+			rel, got, err := n.(lockcore.HandOffer).HandOff(ctx, c.release, c.next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel.Status != c.wantRel || got.Status != c.wantGot || rel.Wanted != c.wanted {
+				t.Fatalf("HandOff: released %+v, granted %+v; want %v (wanted %v), %v", rel, got, c.wantRel, c.wanted, c.wantGot)
+			}
+			after, _ := n.Inspect(ctx, r)
+			switch {
+			case c.wantGot == lockcore.StatusGranted:
+				if rel.Token != before.Token || got.Token <= before.Token {
+					t.Fatalf("tokens: released %d (held %d), granted %d; want the held one and a higher one", rel.Token, before.Token, got.Token)
+				}
+				if !after.Found || after.Lease != c.next.Lease || after.Token != got.Token || after.Owner != c.next.Owner || after.TTL != ttl {
+					t.Fatalf("after the hand-off the node holds %+v, want %s with token %d", after, c.next.Lease, got.Token)
+				}
+			case c.wantRel == lockcore.StatusOK:
+				if after.Found {
+					t.Fatalf("released without a hand-off, yet the node holds %+v", after)
+				}
+			default:
+				if after != before && (after.Lease != before.Lease || after.Token != before.Token) {
+					t.Fatalf("a refused hand-off changed the lock: %+v, was %+v", after, before)
+				}
+			}
+			if _, ok := n.(lockcore.Watcher); !ok {
+				return
+			}
+			select {
+			case <-heard:
+				if !c.announced {
+					t.Fatal("announced, want silence (the lock was never free)")
+				}
+			case <-time.After(300 * time.Millisecond):
+				if c.announced {
+					t.Fatal("the release was not announced within 300ms")
+				}
+			}
+		})
+	}
+
+	t.Run("Release tells whether another replica was refused the lock", func(t *testing.T) {
+		for _, c := range []struct {
+			refusedFor string
+			want       bool
+		}{{"", false}, {replicaA, false}, {replicaB, true}} {
+			n, r := newNode(t), res(t)
+			mustGrant(t, n, nodeAcq(r, holder, replicaA))
+			if c.refusedFor != "" {
+				mustRefuse(t, n, nodeAcq(r, other, c.refusedFor))
+			}
+			rel, err := n.Release(ctx, r, holder)
+			if err != nil || rel.Status != lockcore.StatusOK || rel.Wanted != c.want {
+				t.Fatalf("refused for %q: release %+v, %v; want ok with wanted %v", c.refusedFor, rel, err, c.want)
+			}
+		}
+	})
+
+	t.Run("the next holder's token is above every token the counter gave", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		first := mustGrant(t, n, nodeAcq(r, holder, replicaA))
+		if err := n.RaiseFence(ctx, r, holder, first.Token+40); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := n.(lockcore.HandOffer).HandOff(ctx, holder, nodeAcq(r, next, replicaA))
+		if err != nil || got.Token != first.Token+41 {
+			t.Fatalf("granted %+v, %v; want token %d", got, err, first.Token+41)
+		}
+	})
+}
+
+func mustGrant(t *testing.T, n lockcore.Node, req lockcore.NodeAcquire) lockcore.NodeReply {
+	t.Helper()
+	got, err := n.Acquire(context.Background(), req)
+	if err != nil || got.Status != lockcore.StatusGranted {
+		t.Fatalf("Acquire(%s): %+v, %v; want granted", req.Lease, got, err)
+	}
+	return got
+}
+
+func mustRefuse(t *testing.T, n lockcore.Node, req lockcore.NodeAcquire) {
+	t.Helper()
+	got, err := n.Acquire(context.Background(), req)
+	if err != nil || got.Status != lockcore.StatusTaken {
+		t.Fatalf("Acquire(%s): %+v, %v; want taken", req.Lease, got, err)
+	}
 }

@@ -8,7 +8,10 @@
 // Releases are announced by pub/sub: the release script publishes on the
 // resource's channel lockgate:{resource}:released in the same atomic step as
 // the DEL of the lock (the payload, the released token in decimal, is not
-// secret and watchers ignore it). Watches share one pub/sub connection per
+// secret and watchers ignore it). A hand-off (handoff.lua) passes the lock
+// from its holder to the next waiter of the same gateway replica in one step
+// and publishes nothing, since the lock was never free; when it may not pass
+// the lock on it releases and publishes as the release script does. Watches share one pub/sub connection per
 // node. A release published while that connection is down is not heard;
 // waiters then learn it from the lock's TTL or from other nodes.
 //
@@ -43,6 +46,9 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+	//go:embed handoff.lua
+	handoffLua    string
+	handoffScript = redis.NewScript(handoffLua)
 	//go:embed fence.lua
 	fenceLua    string
 	fenceScript = redis.NewScript(fenceLua)
@@ -66,8 +72,9 @@ type Node struct {
 }
 
 var (
-	_ lockcore.Node    = (*Node)(nil)
-	_ lockcore.Watcher = (*Node)(nil)
+	_ lockcore.Node      = (*Node)(nil)
+	_ lockcore.Watcher   = (*Node)(nil)
+	_ lockcore.HandOffer = (*Node)(nil)
 )
 
 // New returns a node for the Redis server at rawURL: redis://[user:pass@]host:port[/db]
@@ -146,7 +153,7 @@ func statusReply(v []int64) lockcore.NodeReply {
 // Acquire implements lockcore.Node with acquire.lua.
 func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
 	res, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(req.Resource), fenceKey(req.Resource)},
-		req.Lease, ms(req.TTL), req.Owner).Result()
+		req.Lease, ms(req.TTL), req.Owner, req.Replica).Result()
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -171,11 +178,46 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
-	return n.runStatus(ctx, releaseScript, []string{lockKey(resource), releasedKey(resource)}, lease)
+	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease).Result()
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	v, err := ints(res, 2)
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return releaseReply(v), nil
 }
 
-// runStatus runs a script that answers {-1|0|1, value[, ttl]} (extend.lua,
-// release.lua) and maps the answer.
+// releaseReply maps release.lua's reply, and the first three values of
+// handoff.lua's.
+func releaseReply(v []int64) lockcore.NodeReply {
+	r := statusReply(v[:2])
+	r.Wanted = r.Status == lockcore.StatusOK && len(v) > 2 && v[2] == 1
+	return r
+}
+
+// HandOff implements lockcore.HandOffer with handoff.lua.
+func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+	r := next.Resource
+	res, err := handoffScript.Run(ctx, n.rdb, []string{lockKey(r), fenceKey(r), releasedKey(r)},
+		lease, next.Lease, ms(next.TTL), next.Owner, next.Replica).Result()
+	if err != nil {
+		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
+	}
+	v, err := ints(res, 5)
+	if err != nil {
+		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
+	}
+	granted = lockcore.NodeReply{Status: lockcore.StatusAbsent}
+	if v[3] == 1 {
+		granted = lockcore.NodeReply{Status: lockcore.StatusGranted, Token: v[4]}
+	}
+	return releaseReply(v[:3]), granted, nil
+}
+
+// runStatus runs a script that answers {-1|0|1, value[, ttl]} (extend.lua)
+// and maps the answer.
 func (n *Node) runStatus(ctx context.Context, s *redis.Script, keys []string, args ...any) (lockcore.NodeReply, error) {
 	res, err := s.Run(ctx, n.rdb, keys, args...).Result()
 	if err != nil {

@@ -1,0 +1,37 @@
+-- handoff.lua: release a lock the lease holds and, in the same atomic step,
+-- grant it to the next waiter of the same gateway replica.
+-- KEYS[1] lock hash  lockgate:{resource}:lock (fields as in acquire.lua)
+-- KEYS[2] counter    lockgate:{resource}:fence
+-- KEYS[3] channel    lockgate:{resource}:released
+-- ARGV[1] lease id being released
+-- ARGV[2] next lease id   ARGV[3] next ttl in ms   ARGV[4] next owner label
+-- ARGV[5] replica id of the asking gateway
+-- Returns {released, value, wanted, handed, token}:
+--   released 1 (value = released token), 0 (value = pttl: held by another
+--   lease, nothing changed) or -1 (not held, nothing changed);
+--   wanted 1 when the released lock had been refused to another replica;
+--   handed 1: granted to the next lease with token (counter incremented),
+--   not published; 0: not passed on, and a release was published as
+--   release.lua publishes it.
+-- The lock is passed on only when it was granted for this replica (by, not
+-- empty) and nobody through another replica was refused it (no x).
+local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'by', 'x')
+if not h[1] then
+  return {-1, 0, 0, 0, 0}
+end
+if h[1] ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1]), 0, 0, 0}
+end
+redis.call('DEL', KEYS[1])
+local wanted = 0
+if h[4] then
+  wanted = 1
+end
+if ARGV[5] ~= '' and h[3] == ARGV[5] and wanted == 0 and ARGV[2] ~= ARGV[1] then
+  local tok = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2], 'tok', tok, 'owner', ARGV[4], 'ttl', ARGV[3], 'by', ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, tonumber(h[2]), 0, 1, tok}
+end
+redis.call('PUBLISH', KEYS[3], h[2])
+return {1, tonumber(h[2]), wanted, 0, 0}
