@@ -27,11 +27,9 @@
 // When this replica has a waiter for the resource, Release hands the lock
 // over instead (HandOffer): each node releases the lock and grants it to the
 // waiter in one atomic step, incrementing its counter as an acquisition
-// does, and the waiter's lease is counted like an acquisition begun when the
-// hand-off began (same validity, same token rule below). It is answered as
-// soon as a majority granted it with the same token, the highest they
-// returned: that majority's counters are then at that token, which is all
-// step 3 below asks.
+// does (steps 1 to 3 below apply unchanged), and once every node has
+// answered, the grants are counted like an acquisition begun when the
+// hand-off began.
 //
 // # Fencing tokens
 //
@@ -41,8 +39,9 @@
 // replica served either and across gateway restarts. Each node keeps a
 // counter per resource that never expires. The argument:
 //
-//  1. The acquire script increments the node's counter in the same atomic step
-//     that sets the lock, and returns the new value.
+//  1. The acquire script (and the hand-off script) increments the node's
+//     counter in the same atomic step that sets the lock, and returns the
+//     new value.
 //  2. The token t is the largest value returned by the granting nodes.
 //  3. Before answering, the gateway makes sure a majority of nodes hold a
 //     counter ≥ t: nodes that returned t already do; the others are raised with

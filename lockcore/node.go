@@ -17,8 +17,9 @@ type Node interface {
 	// node's fencing counter in the same step (StatusGranted, Token = the new
 	// counter value). If req.Lease already holds it, the TTL is reset to
 	// req.TTL (StatusReentered, Token = the token stored for the lease).
-	// Otherwise it changes nothing (StatusTaken, PTTL = holder's remaining
-	// TTL).
+	// Otherwise it leaves the lock as it is (StatusTaken, PTTL = holder's
+	// remaining TTL), but for marking it wanted elsewhere (see
+	// NodeAcquire.Replica).
 	Acquire(ctx context.Context, req NodeAcquire) (NodeReply, error)
 	// Extend resets the TTL if lease holds the lock (StatusOK); ttl 0 means
 	// the TTL the lock was last set with. StatusTaken or StatusAbsent
@@ -46,7 +47,8 @@ type Node interface {
 // learn of a release at once instead of polling.
 type Watcher interface {
 	// Watch calls notify once for every release of resource on this node (a
-	// Release that returned StatusOK), until stop is called. A refused
+	// Release that returned StatusOK, or a HandOff that released without
+	// passing the lock on), until stop is called. A refused
 	// release and an expiry are not announced. It returns only once the
 	// subscription is in place, so a release that happens after Watch returns
 	// is never missed. notify must not block.
@@ -83,11 +85,14 @@ type NodeAcquire struct {
 	TTL      time.Duration
 	Owner    string
 	// Replica identifies the Redlock (gateway replica) asking. A node
-	// records it with a grant and, when it refuses an acquisition for a
-	// different replica than the holder's, marks the lock as wanted
-	// elsewhere (see NodeReply.Wanted), which stops HandOff from passing it
-	// on within a replica. Empty matches no replica.
+	// records it with a grant and, when it refuses an acquisition that
+	// Waits for a different replica than the holder's, marks the lock as
+	// wanted elsewhere (see NodeReply.Wanted), which stops HandOff from
+	// passing it on within a replica. A missing replica is the empty one.
 	Replica string
+	// Waits is true when the acquisition will wait for the lock if it is
+	// refused; only such a refusal marks the lock wanted.
+	Waits bool
 }
 
 // NodeStatus is what a node did with a request.

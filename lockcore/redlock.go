@@ -297,12 +297,6 @@ type nodeResult struct {
 // fanout calls fn on every node in parallel, each bounded by NodeTimeout,
 // and returns the results indexed by node.
 func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
-	return r.fanoutEach(ctx, fn, nil)
-}
-
-// fanoutEach is fanout that also calls each (when not nil) with every
-// result as it arrives, on the caller's goroutine.
-func (r *Redlock) fanoutEach(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error), each func(nodeResult)) []nodeResult {
 	ch := make(chan nodeResult, len(r.nodes))
 	for i, n := range r.calls {
 		go func() {
@@ -319,9 +313,6 @@ func (r *Redlock) fanoutEach(ctx context.Context, fn func(ctx context.Context, i
 	for range r.nodes {
 		res := <-ch
 		out[res.i] = res
-		if each != nil {
-			each(res)
-		}
 	}
 	return out
 }
@@ -382,7 +373,8 @@ func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, e
 }
 
 func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
-	return NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner, Replica: r.id}
+	return NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner,
+		Replica: r.id, Waits: req.Wait > 0}
 }
 
 // settle decides an acquisition from the nodes' answers to it (an Acquire
@@ -604,16 +596,18 @@ func wanted(results []nodeResult) bool {
 }
 
 // handOffTo releases req's lease and, in the same step on each node, grants
-// the lock to next, the head of this replica's queue (see HandOffer).
+// the lock to next, the head of this replica's queue (see HandOffer). Once
+// every node has answered, the grants are settled like an Acquire round
+// begun when the hand-off began: next gets a lease with its token fenced as
+// for any acquisition, or its grants are undone and it is woken to try by
+// itself. The release is judged as Release judges it, whatever became of
+// the grant.
 //
-// next is answered as soon as a quorum of nodes granted it with the same
-// token, the highest granted so far, within its validity counted from the
-// start of the hand-off: that quorum's counters are at that token, as the
-// fencing rule requires (see the package doc), and a node answering later
-// cannot change that. Otherwise the grants are settled once every node has
-// answered, like an Acquire round begun when the hand-off began: a lease
-// with its token fenced, or its grants undone and next woken to try itself.
-// The release is judged as Release judges it, whatever became of the grant.
+// next is answered only once every node has answered, not at the first
+// quorum: a node answering later may have granted a higher token (its
+// counter was ahead), and the token given must be the highest any node
+// stores for the lease (Extend and Inspect report that one), fenced on a
+// quorum.
 //
 // The hand-off runs to its end even if ctx ends: next's answer depends on it.
 func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
@@ -621,78 +615,38 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(next.req)
 	grants := make([]nodeResult, len(r.nodes))
-	var arrived uint64
-	var early, abandoned *Lease
-	results := r.fanoutEach(hctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+	results := r.fanout(hctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		rel, got, err := n.(HandOffer).HandOff(ctx, req.LeaseID, na)
 		grants[i].reply = got
 		return rel, err
-	}, func(res nodeResult) {
-		grants[res.i].i, grants[res.i].err = res.i, res.err
-		arrived |= 1 << res.i
-		if early == nil {
-			if early = r.quorumGrant(next.req, start, grants, arrived); early != nil {
-				abandoned = r.waits.deliver(next, early, nil)
-			}
-		}
 	})
-	close(next.handing)
 	var handed uint64
-	for i, g := range grants {
-		if g.err == nil && (g.reply.Status == StatusGranted || g.reply.Status == StatusReentered) {
+	for i, res := range results {
+		grants[i].i, grants[i].err = i, res.err
+		if s := grants[i].reply.Status; res.err == nil && (s == StatusGranted || s == StatusReentered) {
 			handed |= 1 << i
 		}
 	}
-	if early == nil {
-		lease, err := r.settle(hctx, next.req, start, grants)
-		if err != nil && wanted(results) {
-			r.waits.yield(req.Resource)
-		}
-		abandoned = r.waits.deliver(next, lease, err)
+	freed := released(results) &^ handed // released without passing it on: announced
+	var lease *Lease
+	var err error
+	if handed != 0 {
+		lease, err = r.settle(hctx, next.req, start, grants)
+	} else {
+		err = ErrNotHeld // nothing was granted, so nothing to undo
 	}
-	if abandoned != nil {
+	if err != nil && wanted(results) {
+		r.waits.yield(req.Resource)
+	}
+	if abandoned := r.waits.deliver(next, lease, err, freed != 0); abandoned != nil {
 		_, _ = r.handOver(canceled, abandoned, nil)
 	}
-	// Nodes that released without passing the lock on announced it.
-	r.waits.announce(req.Resource, released(results)&^handed)
+	r.waits.announce(req.Resource, freed)
 	t := count(results, StatusOK)
 	if err := r.verdict("release", req.Resource, t); err != nil {
 		return withCtx(ctx, err)
 	}
 	return nil
-}
-
-// quorumGrant returns the lease for req when the nodes in arrived that
-// granted it include a quorum with the same token, the highest among them,
-// and validity is left; otherwise nil.
-func (r *Redlock) quorumGrant(req AcquireRequest, start time.Time, grants []nodeResult, arrived uint64) *Lease {
-	var top int64
-	n := 0
-	for i := range grants {
-		if arrived&(1<<i) == 0 {
-			continue // its goroutine may still be writing it
-		}
-		g := grants[i]
-		if g.err != nil || g.reply.Status != StatusGranted {
-			continue
-		}
-		switch tok := g.reply.Token; {
-		case tok > top:
-			top, n = tok, 1
-		case tok == top:
-			n++
-		}
-	}
-	if n < r.quorum || top > MaxToken {
-		return nil
-	}
-	now := r.opt.Clock.Now()
-	validity := req.TTL - now.Sub(start) - r.drift(req.TTL)
-	if validity < MinValidity {
-		return nil
-	}
-	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: top, TTL: req.TTL,
-		Validity: validity, Expires: now.Add(validity), Owner: req.Owner}
 }
 
 // verdict turns an extend or release tally into nil or the error to return.

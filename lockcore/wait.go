@@ -49,7 +49,8 @@ import (
 // still waits out the random pause.
 //
 // An Acquire that waits tries once before joining when nobody waits for the
-// resource on this replica (no subscription is needed for a free lock). It
+// resource on this replica and the replica is not yielding (below): no
+// subscription is needed for a free lock. It
 // joins the tail of a non-empty queue without trying first, so the releaser
 // of a lock that others wait for cannot take it back ahead of them.
 //
@@ -60,9 +61,11 @@ import (
 // (NodeReply.Wanted). Such a release is announced, and the releasing replica
 // yields for yieldFor: its head does not try on the announcement, and a new
 // Acquire there joins the queue instead of trying first (right after its own
-// release it would always win). The other replica's waiter gets the lock;
-// when it releases, this replica's head (refused meanwhile) is owed the next
-// turn the same way, so two busy replicas alternate.
+// release it would always win); yielding holds back every attempt of this
+// replica's head, whatever woke it. The other replica's waiter usually gets
+// the lock then; when it releases, this replica's head (refused meanwhile)
+// is owed the next turn the same way, so two busy replicas tend to
+// alternate. A replica slower than yieldFor to hear and try loses that turn.
 
 type waitRoom struct {
 	r        *Redlock
@@ -95,9 +98,9 @@ type waitQueue struct {
 	// holderExpires is when the current holder's lock runs out, as far as
 	// this queue knows: the answer to a waiter whose wait runs out.
 	holderExpires time.Time
-	// yieldUntil: a hand-off was refused because a waiter on another
-	// replica wants the lock; until then the head does not try on a
-	// release announcement, so that the other replica's waiter gets it.
+	// yieldUntil: this replica released a lock that a waiter on another
+	// replica wanted; until then the head does not try at all, so that the
+	// other replica's waiter gets it.
 	yieldUntil time.Time
 }
 
@@ -107,14 +110,12 @@ type waiter struct {
 	// Guarded by waitRoom.mu:
 	// attempting: the waiter's own acquisition round is under way.
 	// claimed: a Release is handing the lock to this waiter (see claim).
-	// handed: the lease it handed over, not yet taken by the waiter.
-	// handing: closed once the last hand-off to it has heard from every
-	// node; a handed lease is released only after that, or the release
-	// could reach a node before the grant it must undo.
+	// handed: the lease handed over to it, not yet taken by the waiter.
+	// served: it has a lease, by its own attempt or a hand-off, and is
+	// about to leave; a Release must not claim it.
 	// gone: the waiter has left the queue.
-	attempting, claimed, gone bool
-	handed                    *Lease
-	handing                   chan struct{}
+	attempting, claimed, served, gone bool
+	handed                            *Lease
 	// released is set when a release was announced (or the head before this
 	// waiter left without the lock): the lock may be free, try now.
 	released bool
@@ -252,7 +253,7 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 	me := el.Value.(*waiter)
 	me.gone = true
 	// A lease handed over as the waiter gave up: nobody will use it.
-	abandoned, handing := me.handed, me.handing
+	abandoned := me.handed
 	me.handed = nil
 	wasHead := q.waiters.Front() == el
 	q.waiters.Remove(el)
@@ -280,7 +281,6 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 		stop()
 	}
 	if abandoned != nil {
-		<-handing
 		_, _ = wr.r.handOver(canceled, abandoned, nil)
 	}
 }
@@ -294,9 +294,9 @@ var canceled = func() context.Context {
 
 // claim picks the head of resource's queue for a hand-off by the Release of
 // lease, or returns nil when there is nobody to hand the lock to: no queue,
-// the room is closed, the head is trying by itself or already has a lease
-// coming, or the head asks with the releasing lease. A claimed head does not
-// try by itself until deliver answers.
+// the room is closed, the head is trying by itself, already has a lease or
+// one coming, or asks with the releasing lease. A claimed head does not try
+// by itself until deliver answers.
 func (wr *waitRoom) claim(resource, lease string) *waiter {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
@@ -305,11 +305,10 @@ func (wr *waitRoom) claim(resource, lease string) *waiter {
 		return nil
 	}
 	w := q.waiters.Front().Value.(*waiter)
-	if w.attempting || w.claimed || w.handed != nil || w.req.LeaseID == lease {
+	if w.attempting || w.claimed || w.served || w.gone || w.handed != nil || w.req.LeaseID == lease {
 		return nil
 	}
 	w.claimed = true
-	w.handing = make(chan struct{})
 	return w
 }
 
@@ -340,16 +339,17 @@ func (wr *waitRoom) yieldLocked(resource string) {
 	wr.yields[resource] = until
 }
 
-// yieldFor is how long a head waits before trying after a hand-off was
-// refused because a waiter on another replica wanted the lock: enough for
-// that replica to hear the release and acquire.
+// yieldFor is how long this replica's waiters hold back after it released a
+// lock that a waiter on another replica wanted: enough, on a LAN, for that
+// replica to hear the release and acquire.
 const yieldFor = 3 * time.Millisecond
 
-// deliver gives w the lease handed to it, or, when the hand-off failed
-// (err), wakes w to try by itself. If w has left, the lease is returned:
-// nobody will use it, and the caller must release it once the hand-off has
-// heard from every node.
-func (wr *waitRoom) deliver(w *waiter, lease *Lease, err error) (abandoned *Lease) {
+// deliver ends a hand-off to w: it gives w the lease, or, when the
+// hand-off failed (err), wakes w to try by itself if the lock was freed
+// (freed; otherwise nothing changed, and w goes on waiting as before). If w
+// has left, the lease is returned: nobody will use it, and the caller must
+// release it.
+func (wr *waitRoom) deliver(w *waiter, lease *Lease, err error, freed bool) (abandoned *Lease) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	w.claimed = false
@@ -357,8 +357,8 @@ func (wr *waitRoom) deliver(w *waiter, lease *Lease, err error) (abandoned *Leas
 	case err == nil && w.gone:
 		return lease
 	case err == nil:
-		w.handed = lease
-	default:
+		w.handed, w.served = lease, true
+	case freed:
 		w.released = true
 	}
 	w.poke()
@@ -399,6 +399,8 @@ func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, 
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	if me.claimed || me.handed != nil {
+		// deliver pokes it; until then there is nothing to try for.
+		me.retryAt = time.Time{}
 		return false
 	}
 	if now.Before(q.yieldUntil) {
@@ -479,7 +481,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now()) {
 			lease, err := wr.r.tryAcquire(ctx, req)
 			wr.mu.Lock()
-			me.attempting = false
+			me.attempting, me.served = false, err == nil
 			wr.mu.Unlock()
 			if !errors.As(err, &taken) {
 				lease, err = wr.r.handOver(ctx, lease, err)
@@ -511,11 +513,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		wr.mu.Lock()
 		if lease := me.handed; lease != nil {
 			me.handed = nil
-			handing := me.handing
 			wr.mu.Unlock()
-			if ctx.Err() != nil {
-				<-handing // handOver releases it: not before every grant is in
-			}
 			lease, err := wr.r.handOver(ctx, lease, nil)
 			if err == nil {
 				hint = lease.Expires

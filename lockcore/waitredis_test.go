@@ -56,6 +56,7 @@ func TestWaitingOnRedis(t *testing.T) {
 		{"a release hands the lock to the head", TestReleaseHandsTheLockToTheHeadOfTheQueue},
 		{"a hand-off's token follows the fencing rule", TestHandOffTokensFollowTheFencingRule},
 		{"a hand-off with a minority down", TestHandOffWithAMinorityDown},
+		{"a stale release leaves the head waiting", TestAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting},
 		{"a release through another replica wakes the head", TestAReleaseThroughAnotherReplicaWakesTheHeadInstead},
 		{"a refused hand-off lets the head try", TestAHandOffRefusedOnAQuorumLetsTheHeadTry},
 		{"no replica starves another", TestAQueueOnOneReplicaDoesNotStarveAnother},

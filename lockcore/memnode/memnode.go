@@ -103,7 +103,7 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 		e.ttl, e.expires = req.TTL, n.now().Add(req.TTL)
 		return lockcore.NodeReply{Status: lockcore.StatusReentered, Token: e.token}, nil
 	default:
-		if e.by != req.Replica {
+		if req.Waits && e.by != req.Replica {
 			e.wanted = true
 		}
 		return n.taken(e), nil

@@ -280,7 +280,7 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 	const holder, next, other = "lease-holder-0123456789", "lease-next-0123456789", "lease-other-0123456789"
 	const replicaA, replicaB = "replica-A", "replica-B"
 	nodeAcq := func(r, lease, replica string) lockcore.NodeAcquire {
-		return lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: ttl, Owner: "owner-" + lease, Replica: replica}
+		return lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: ttl, Owner: "owner-" + lease, Replica: replica, Waits: true}
 	}
 	cases := []struct {
 		name string
@@ -313,6 +313,26 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 			setup: func(t *testing.T, n lockcore.Node, r string) {
 				mustGrant(t, n, nodeAcq(r, holder, replicaA))
 				mustRefuse(t, n, nodeAcq(r, other, replicaB))
+			},
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, wanted: true, announced: true,
+		},
+		{
+			name: "a refusal of an asker that will not wait does not stop the hand-off",
+			setup: func(t *testing.T, n lockcore.Node, r string) {
+				mustGrant(t, n, nodeAcq(r, holder, replicaA))
+				once := nodeAcq(r, other, replicaB)
+				once.Waits = false
+				mustRefuse(t, n, once)
+			},
+			release: holder, next: nodeAcq("", next, replicaA),
+			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusGranted,
+		},
+		{
+			name: "a refusal for the empty replica marks a lock granted for a replica",
+			setup: func(t *testing.T, n lockcore.Node, r string) {
+				mustGrant(t, n, nodeAcq(r, holder, replicaA))
+				mustRefuse(t, n, nodeAcq(r, other, ""))
 			},
 			release: holder, next: nodeAcq("", next, replicaA),
 			wantRel: lockcore.StatusOK, wantGot: lockcore.StatusAbsent, wanted: true, announced: true,
@@ -417,6 +437,33 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 			if err != nil || rel.Status != lockcore.StatusOK || rel.Wanted != c.want {
 				t.Fatalf("refused for %q: release %+v, %v; want ok with wanted %v", c.refusedFor, rel, err, c.want)
 			}
+		}
+	})
+
+	t.Run("a handed lock belongs to the replica, unmarked, and expires with its TTL", func(t *testing.T) {
+		n, r := newNode(t), res(t)
+		h := n.(lockcore.HandOffer)
+		mustGrant(t, n, nodeAcq(r, holder, replicaA))
+		mustRefuse(t, n, nodeAcq(r, other, replicaB)) // marks the holder's lock
+		if _, err := n.Release(ctx, r, holder); err != nil {
+			t.Fatal(err)
+		}
+		mustGrant(t, n, nodeAcq(r, holder, replicaA))
+		// The handed lock is the replica's and carries no mark: it can be
+		// passed on again, and its release reports no other replica.
+		short := nodeAcq(r, next, replicaA)
+		short.TTL = 200 * time.Millisecond
+		if _, got, err := h.HandOff(ctx, holder, short); err != nil || got.Status != lockcore.StatusGranted {
+			t.Fatalf("first hand-off: %+v, %v", got, err)
+		}
+		if l, _ := n.Inspect(ctx, r); l.Remaining <= 0 || l.Remaining > short.TTL {
+			t.Fatalf("handed lock expires in %v, want within its TTL %v", l.Remaining, short.TTL)
+		}
+		if rel, got, err := h.HandOff(ctx, next, nodeAcq(r, other, replicaA)); err != nil || rel.Wanted || got.Status != lockcore.StatusGranted {
+			t.Fatalf("second hand-off: released %+v, granted %+v, %v; want an unmarked lock passed on", rel, got, err)
+		}
+		if rel, err := n.Release(ctx, r, other); err != nil || rel.Status != lockcore.StatusOK || rel.Wanted {
+			t.Fatalf("release after hand-offs: %+v, %v; want ok, not wanted", rel, err)
 		}
 	})
 

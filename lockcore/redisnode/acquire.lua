@@ -5,10 +5,12 @@
 -- KEYS[2] counter    lockgate:{resource}:fence (never expires)
 -- ARGV[1] lease id   ARGV[2] ttl in ms   ARGV[3] owner label
 -- ARGV[4] replica id of the asking gateway (may be empty)
+-- ARGV[5] '1' when the asker will wait if refused, else '0'
 -- Returns {1, token} granted (counter incremented), {2, token} re-entered
 -- (the token stored for the lease), {0, pttl} held by another lease. A
--- refusal for another replica than the holder's sets x once (handoff.lua
--- then will not pass the lock on within the holder's replica).
+-- refusal of a waiting asker for another replica than the holder's sets x
+-- once (handoff.lua then will not pass the lock on within the holder's
+-- replica). A missing by counts as the empty replica.
 local h = redis.call('HMGET', KEYS[1], 'lease', 'by', 'x')
 local holder = h[1]
 if not holder then
@@ -22,7 +24,7 @@ if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, tonumber(redis.call('HGET', KEYS[1], 'tok'))}
 end
-if h[2] ~= ARGV[4] and not h[3] then
+if ARGV[5] == '1' and (h[2] or '') ~= ARGV[4] and not h[3] then
   redis.call('HSET', KEYS[1], 'x', '1')
 end
 return {0, redis.call('PTTL', KEYS[1])}

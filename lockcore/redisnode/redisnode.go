@@ -134,6 +134,13 @@ func ints(v any, want int) ([]int64, error) {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
+func waits(w bool) string {
+	if w {
+		return "1"
+	}
+	return "0"
+}
+
 // statusReply maps the {-1|0|1, value} reply of extend and release.
 func statusReply(v []int64) lockcore.NodeReply {
 	switch v[0] {
@@ -153,7 +160,7 @@ func statusReply(v []int64) lockcore.NodeReply {
 // Acquire implements lockcore.Node with acquire.lua.
 func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
 	res, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(req.Resource), fenceKey(req.Resource)},
-		req.Lease, ms(req.TTL), req.Owner, req.Replica).Result()
+		req.Lease, ms(req.TTL), req.Owner, req.Replica, waits(req.Waits)).Result()
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
