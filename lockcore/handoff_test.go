@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,4 +241,43 @@ func TestAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T) {
 	if total < 20 || count["a"]*10 < total || count["b"]*10 < total {
 		t.Fatalf("replica a got %d and replica b %d of %d acquisitions; want each at least a tenth", count["a"], count["b"], total)
 	}
+}
+
+func TestAClaimedHeadSleepsUntilTheHandOffEnds(t *testing.T) {
+	// The head's retry time (the holder's expiry) passes while a slow
+	// hand-off to it is under way. It must sleep until the hand-off answers,
+	// not loop: measured as the process's CPU time over that stretch.
+	c := newCluster(t, 3, nil, nil) // MinTTL 1s
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow", TTL: time.Second})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "slow", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
+	waitParked(t, 1)
+	time.Sleep(time.Until(holder.Expires.Add(-200 * time.Millisecond)))
+	for _, n := range c.nodes {
+		n.SetDelay(500 * time.Millisecond) // the hand-off outlasts the holder's TTL
+	}
+	before := cpuTime(t)
+	start := time.Now()
+	_ = c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "slow", LeaseID: holder.ID})
+	for _, n := range c.nodes {
+		n.SetDelay(0)
+	}
+	cpu, wall := cpuTime(t)-before, time.Since(start)
+	if r := next(t, out, wakeBound); r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	t.Logf("CPU %v over %v of hand-off", cpu, wall)
+	if cpu > wall/4 {
+		t.Fatalf("the process used %v of CPU during a %v hand-off: the claimed head is spinning", cpu, wall)
+	}
+}
+
+// cpuTime is the CPU time (user + system) the test process has used.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

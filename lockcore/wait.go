@@ -113,9 +113,10 @@ type waiter struct {
 	// handed: the lease handed over to it, not yet taken by the waiter.
 	// served: it has a lease, by its own attempt or a hand-off, and is
 	// about to leave; a Release must not claim it.
+	// missed: it was due to try while claimed; deliver makes it try then.
 	// gone: the waiter has left the queue.
-	attempting, claimed, served, gone bool
-	handed                            *Lease
+	attempting, claimed, served, missed, gone bool
+	handed                                    *Lease
 	// released is set when a release was announced (or the head before this
 	// waiter left without the lock): the lock may be free, try now.
 	released bool
@@ -345,19 +346,25 @@ func (wr *waitRoom) yieldLocked(resource string) {
 const yieldFor = 3 * time.Millisecond
 
 // deliver ends a hand-off to w: it gives w the lease, or, when the
-// hand-off failed (err), wakes w to try by itself if the lock was freed
-// (freed; otherwise nothing changed, and w goes on waiting as before). If w
-// has left, the lease is returned: nobody will use it, and the caller must
-// release it.
+// hand-off failed (err), wakes w to try by itself if the lock was freed or w
+// was due to try meanwhile (otherwise nothing changed, and w goes on waiting
+// as before). If w has left, the lease is returned: nobody will use it, and
+// the caller must release it.
 func (wr *waitRoom) deliver(w *waiter, lease *Lease, err error, freed bool) (abandoned *Lease) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	w.claimed = false
+	missed := w.missed
+	w.missed = false
 	switch {
 	case err == nil && w.gone:
 		return lease
 	case err == nil:
 		w.handed, w.served = lease, true
+	case missed:
+		// It was due to try (a retry time, an announcement) while it
+		// waited for the hand-off: it tries now, split pause or not.
+		w.retryAt = wr.r.opt.Clock.Now()
 	case freed:
 		w.released = true
 	}
@@ -399,8 +406,9 @@ func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, 
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	if me.claimed || me.handed != nil {
-		// deliver pokes it; until then there is nothing to try for.
-		me.retryAt = time.Time{}
+		// deliver pokes it, and makes it try if the hand-off fails; until
+		// then there is nothing to try for.
+		me.retryAt, me.missed = time.Time{}, true
 		return false
 	}
 	if now.Before(q.yieldUntil) {
