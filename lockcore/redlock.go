@@ -639,7 +639,7 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 		r.waits.yield(req.Resource)
 	}
 	if abandoned := r.waits.deliver(next, lease, err, freed != 0); abandoned != nil {
-		_, _ = r.handOver(canceled, abandoned, nil)
+		r.abandon(abandoned)
 	}
 	r.waits.announce(req.Resource, freed)
 	t := count(results, StatusOK)

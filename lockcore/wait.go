@@ -282,16 +282,9 @@ func (wr *waitRoom) leave(q *waitQueue, el *list.Element, hint time.Time) {
 		stop()
 	}
 	if abandoned != nil {
-		_, _ = wr.r.handOver(canceled, abandoned, nil)
+		wr.r.abandon(abandoned)
 	}
 }
-
-// canceled is an ended context: handOver releases a lease for it.
-var canceled = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
 
 // claim picks the head of resource's queue for a hand-off by the Release of
 // lease, or returns nil when there is nobody to hand the lock to: no queue,
@@ -585,12 +578,18 @@ func splitPause(n int) time.Duration {
 // answer, and its lock stays as it was, with the TTL refreshed.
 func (r *Redlock) handOver(ctx context.Context, lease *Lease, err error) (*Lease, error) {
 	if err == nil && ctx.Err() != nil {
-		if !lease.Reentered {
-			r.releaseAbandoned(lease)
-		}
+		r.abandon(lease)
 		return nil, ctx.Err()
 	}
 	return lease, err
+}
+
+// abandon releases a lease that nobody will use, unless it re-entered (see
+// handOver).
+func (r *Redlock) abandon(l *Lease) {
+	if !l.Reentered {
+		r.releaseAbandoned(l)
+	}
 }
 
 // releaseAbandoned releases a lease acquired for a caller that has gone.

@@ -150,19 +150,10 @@ func (f *Faulty) fault(ctx context.Context) error {
 
 // Acquire implements lockcore.Node.
 func (f *Faulty) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	f.acquires.Add(1)
-	f.mu.Lock()
-	before := f.beforeAcq
-	f.mu.Unlock()
-	if before != nil {
-		before(req)
-	}
-	if err := f.fault(ctx); err != nil {
+	late, after, err := f.acquiring(ctx, req)
+	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
-	f.mu.Lock()
-	late, after := f.lateGrant, f.afterAcquire
-	f.mu.Unlock()
 	if late {
 		_, _ = f.inner.Acquire(context.Background(), req)
 		<-ctx.Done()
@@ -173,6 +164,25 @@ func (f *Faulty) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcor
 		after(req, rep)
 	}
 	return rep, err
+}
+
+// acquiring runs steps 1 to 4 for an acquisition for req (Acquire, or
+// HandOff for its next holder) and returns what step 5 and 6 need: whether
+// the grant is to be late, and the after-acquire hook.
+func (f *Faulty) acquiring(ctx context.Context, req lockcore.NodeAcquire) (late bool, after func(lockcore.NodeAcquire, lockcore.NodeReply), err error) {
+	f.acquires.Add(1)
+	f.mu.Lock()
+	before := f.beforeAcq
+	f.mu.Unlock()
+	if before != nil {
+		before(req)
+	}
+	if err := f.fault(ctx); err != nil {
+		return false, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lateGrant, f.afterAcquire, nil
 }
 
 // Extend implements lockcore.Node.
@@ -200,19 +210,10 @@ func (f *Faulty) HandOff(ctx context.Context, lease string, next lockcore.NodeAc
 	if !ok {
 		return released, granted, ErrNotHandOffer
 	}
-	f.acquires.Add(1)
-	f.mu.Lock()
-	before := f.beforeAcq
-	f.mu.Unlock()
-	if before != nil {
-		before(next)
-	}
-	if err := f.fault(ctx); err != nil {
+	late, after, err := f.acquiring(ctx, next)
+	if err != nil {
 		return released, granted, err
 	}
-	f.mu.Lock()
-	late, after := f.lateGrant, f.afterAcquire
-	f.mu.Unlock()
 	if late {
 		_, _, _ = h.HandOff(context.Background(), lease, next)
 		<-ctx.Done()

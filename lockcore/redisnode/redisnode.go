@@ -159,12 +159,8 @@ func statusReply(v []int64) lockcore.NodeReply {
 
 // Acquire implements lockcore.Node with acquire.lua.
 func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	res, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(req.Resource), fenceKey(req.Resource)},
-		req.Lease, ms(req.TTL), req.Owner, req.Replica, waits(req.Waits)).Result()
-	if err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	v, err := ints(res, 2)
+	v, err := n.run(ctx, acquireScript, []string{lockKey(req.Resource), fenceKey(req.Resource)}, 2,
+		req.Lease, ms(req.TTL), req.Owner, req.Replica, waits(req.Waits))
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -180,16 +176,16 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 
 // Extend implements lockcore.Node with extend.lua.
 func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	return n.runStatus(ctx, extendScript, []string{lockKey(resource)}, lease, ms(ttl))
+	v, err := n.run(ctx, extendScript, []string{lockKey(resource)}, 2, lease, ms(ttl))
+	if err != nil {
+		return lockcore.NodeReply{}, err
+	}
+	return statusReply(v), nil
 }
 
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
-	res, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(resource), releasedKey(resource)}, lease).Result()
-	if err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	v, err := ints(res, 2)
+	v, err := n.run(ctx, releaseScript, []string{lockKey(resource), releasedKey(resource)}, 2, lease)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -207,12 +203,8 @@ func releaseReply(v []int64) lockcore.NodeReply {
 // HandOff implements lockcore.HandOffer with handoff.lua.
 func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
-	res, err := handoffScript.Run(ctx, n.rdb, []string{lockKey(r), fenceKey(r), releasedKey(r)},
-		lease, next.Lease, ms(next.TTL), next.Owner, next.Replica).Result()
-	if err != nil {
-		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
-	}
-	v, err := ints(res, 5)
+	v, err := n.run(ctx, handoffScript, []string{lockKey(r), fenceKey(r), releasedKey(r)}, 5,
+		lease, next.Lease, ms(next.TTL), next.Owner, next.Replica)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
 	}
@@ -223,18 +215,13 @@ func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcqu
 	return releaseReply(v[:3]), granted, nil
 }
 
-// runStatus runs a script that answers {-1|0|1, value[, ttl]} (extend.lua)
-// and maps the answer.
-func (n *Node) runStatus(ctx context.Context, s *redis.Script, keys []string, args ...any) (lockcore.NodeReply, error) {
+// run runs a script whose reply is an array of at least want integers.
+func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, want int, args ...any) ([]int64, error) {
 	res, err := s.Run(ctx, n.rdb, keys, args...).Result()
 	if err != nil {
-		return lockcore.NodeReply{}, err
+		return nil, err
 	}
-	v, err := ints(res, 2)
-	if err != nil {
-		return lockcore.NodeReply{}, err
-	}
-	return statusReply(v), nil
+	return ints(res, want)
 }
 
 // RaiseFence implements lockcore.Node with fence.lua.
