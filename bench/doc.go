@@ -12,5 +12,8 @@
 //	cd bench && go test -run '^$' -bench Handoff -benchtime 1x -timeout 20m
 //
 // LOCKGATE_BENCH_WINDOW (a Go duration, default 5s) is the measuring window
-// of each case.
+// of each case and LOCKGATE_BENCH_WARMUP (default 1s) the unmeasured warm-up
+// before it. LOCKGATE_BENCH_HOLD=sleep holds the lock with time.Sleep(1ms)
+// instead of 1 ms on the clock (handoff_test.go says why the default is not
+// time.Sleep).
 package bench

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,12 +29,21 @@ import (
 
 // The hand-off benchmark.
 //
-// Every case runs C contender goroutines on the resource "bench" for a fixed
-// measuring window W (LOCKGATE_BENCH_WINDOW, default 5s), whatever b.N is:
-// percentiles over b.N iterations would be meaningless here. Each contender
-// loops: acquire (blocking), hold = time.Sleep(1ms) (about 1.05–1.1 ms on
-// Linux; the goroutine yields its core while it holds), release, and at once
-// acquire again.
+// Every case runs C contender goroutines on the resource "bench": first for a
+// warm-up W0 (LOCKGATE_BENCH_WARMUP, default 1s) that is not measured, then
+// for a fixed measuring window W (LOCKGATE_BENCH_WINDOW, default 5s),
+// whatever b.N is: percentiles over b.N iterations would be meaningless here.
+// Each contender loops: acquire (blocking), hold the lock 1 ms, release, and
+// at once acquire again.
+//
+// The hold (holdLock) waits for the deadline on the monotonic clock, calling
+// runtime.Gosched in between, instead of time.Sleep(1ms). Go's runtime sleeps
+// in epoll_wait with a whole-millisecond timeout: when network I/O wakes it
+// during a sleep, the time left is rounded up to a full millisecond again.
+// So time.Sleep(1ms) held 1.21 ms in lockgate's cases, whose process serves
+// the other contenders' HTTP requests during each hold, against 1.14 ms in
+// redsync's, whose waiters sleep: the hold depended on the peer under test.
+// LOCKGATE_BENCH_HOLD=sleep brings back time.Sleep, for comparison.
 //
 //   - lockgate: the gateway in-process (lockcore.New over three
 //     redisnode.New, handlers.New) behind httptest.NewServer on 127.0.0.1.
@@ -48,12 +58,15 @@ import (
 // Measured, for acquisitions that started inside the window (each is let run
 // to its end, with the other contenders still competing; acquisitions that
 // start after the window keep the contention up and are cancelled once every
-// in-window one has finished):
+// in-window one has finished; those that started in the warm-up are not
+// measured, but count as predecessors for the change of hands and, when they
+// return inside the window, in the throughput and the commands' divisor):
 //
 //   - acquire latency: from asking to holding (PUT sent to 201 read; Lock()
 //     called to Lock() returned), successful acquisitions only;
-//   - change of hands: over all successful acquisitions ordered by the time
-//     their acquire returned, the share whose holder is not the previous one;
+//   - change of hands: the successful acquisitions (warm-up, window and
+//     after) ordered by the time their acquire returned; over the in-window
+//     ones, the share whose holder is not the previous one's;
 //   - hand-off latency: for those, previous holder's release returned
 //     (DELETE's 204 read; Unlock() returned) to the new holder's acquire
 //     returned; it can be slightly negative, the two being read by different
@@ -75,15 +88,61 @@ const hold = time.Millisecond
 
 // window is the measuring window of one case.
 func window(tb testing.TB) time.Duration {
-	v := os.Getenv("LOCKGATE_BENCH_WINDOW")
+	return durationEnv(tb, "LOCKGATE_BENCH_WINDOW", 5*time.Second, false)
+}
+
+// warmup is how long each case runs before its window opens.
+func warmup(tb testing.TB) time.Duration {
+	return durationEnv(tb, "LOCKGATE_BENCH_WARMUP", time.Second, true)
+}
+
+func durationEnv(tb testing.TB, name string, def time.Duration, zeroOK bool) time.Duration {
+	v := os.Getenv(name)
 	if v == "" {
-		return 5 * time.Second
+		return def
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		tb.Fatalf("LOCKGATE_BENCH_WINDOW=%q: want a positive Go duration such as 5s", v)
+	if err != nil || d < 0 || (d == 0 && !zeroOK) {
+		want := "a positive Go duration such as 5s"
+		if zeroOK {
+			want = "a Go duration such as 1s, or 0"
+		}
+		tb.Fatalf("%s=%q: want %s", name, v, want)
 	}
 	return d
+}
+
+// sleepHold is true when LOCKGATE_BENCH_HOLD=sleep asks for time.Sleep holds.
+var sleepHold = os.Getenv("LOCKGATE_BENCH_HOLD") == "sleep"
+
+// settings checks the environment and returns the warm-up and the window.
+func settings(tb testing.TB) (warm, win time.Duration) {
+	if v := os.Getenv("LOCKGATE_BENCH_HOLD"); v != "" && v != "sleep" {
+		tb.Fatalf("LOCKGATE_BENCH_HOLD=%q: want sleep, or nothing for 1 ms on the clock", v)
+	}
+	return warmup(tb), window(tb)
+}
+
+// holdLock holds the lock for hold: see the package comment for why it does
+// not simply call time.Sleep. It waits on the monotonic clock and yields its
+// processor on every turn, as a sleeping holder would leave it to the other
+// goroutines. (A busy-wait that does not yield holds it as exactly, but keeps
+// one of the Go processors: BENCHMARKS.md reports what that changes.)
+func holdLock() {
+	if sleepHold {
+		time.Sleep(hold)
+		return
+	}
+	for end := time.Now().Add(hold); time.Now().Before(end); {
+		runtime.Gosched()
+	}
+}
+
+func holdName() string {
+	if sleepHold {
+		return "time.Sleep(1ms)"
+	}
+	return "1 ms on the clock (holdLock)"
 }
 
 // acquisition is one acquire attempt of one contender.
@@ -118,7 +177,7 @@ type result struct {
 	AcqMean     time.Duration
 	ChangePct   float64
 	HandoffP50  time.Duration
-	HoldP50     time.Duration // the 1 ms sleep as measured
+	HoldP50     time.Duration // the 1 ms hold as measured
 	ReleaseP50  time.Duration // release asked to release returned
 	HandoffP99  time.Duration
 	Handoffs    int
@@ -161,12 +220,12 @@ func (c *cluster) reset(tb testing.TB) {
 
 // commands returns the calls counted by INFO commandstats on all servers,
 // by lower-case command name.
-func (c *cluster) commands(tb testing.TB) map[string]int64 {
+func (c *cluster) commands() (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, rdb := range c.clients {
 		s, err := rdb.Info(context.Background(), "commandstats").Result()
 		if err != nil {
-			tb.Fatalf("INFO commandstats: %v", err)
+			return nil, fmt.Errorf("INFO commandstats: %w", err)
 		}
 		for line := range strings.SplitSeq(s, "\n") {
 			line = strings.TrimSpace(line)
@@ -178,7 +237,7 @@ func (c *cluster) commands(tb testing.TB) map[string]int64 {
 			out[name] += n
 		}
 	}
-	return out
+	return out, nil
 }
 
 // notCounted are the harness's own commands and connection set-up.
@@ -211,8 +270,9 @@ func countCommands(peerName string, before, after map[string]int64) (sent, exec 
 	return sent, exec
 }
 
-// runCase runs contenders on p for the window and measures.
-func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int, win time.Duration) result {
+// runCase runs contenders on p for the warm-up and then the window, and
+// measures the window.
+func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int, warm, win time.Duration) result {
 	tb.Helper()
 	cycles := make([]func(context.Context, *acquisition) error, contenders)
 	for i := range cycles {
@@ -230,19 +290,38 @@ func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int,
 	// the contenders' post-window attempts. hard bounds the whole case.
 	drainCtx, drained := context.WithCancel(context.Background())
 	defer drained()
-	hardCtx, hardCancel := context.WithTimeout(context.Background(), win+2*time.Minute)
+	hardCtx, hardCancel := context.WithTimeout(context.Background(), warm+win+2*time.Minute)
 	defer hardCancel()
 
-	before := c.commands(tb)
-	start := time.Now()
+	// The command counters are read when the window opens and when it
+	// closes: by timers, since the contenders are running by then (without
+	// a warm-up, before any contender starts).
+	type snap struct {
+		m   map[string]int64
+		err error
+	}
+	beforeCh, atEndCh := make(chan snap, 1), make(chan snap, 1)
+	read := func(ch chan<- snap) func() {
+		return func() {
+			m, err := c.commands()
+			ch <- snap{m, err}
+		}
+	}
+	start := time.Now().Add(warm)
+	if warm == 0 {
+		read(beforeCh)()
+		start = time.Now()
+	} else {
+		t := time.AfterFunc(warm, read(beforeCh))
+		defer t.Stop()
+	}
 	end := start.Add(win)
-	var atEnd map[string]int64
-	endTimer := time.AfterFunc(win, func() { atEnd = c.commands(tb) })
+	endTimer := time.AfterFunc(time.Until(end), read(atEndCh))
 	defer endTimer.Stop()
 
 	var wg sync.WaitGroup
 	outstanding.Add(1) // held until the window closes
-	time.AfterFunc(win, func() {
+	time.AfterFunc(time.Until(end), func() {
 		if outstanding.Add(-1) == 0 {
 			drained()
 		}
@@ -251,11 +330,12 @@ func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int,
 		wg.Go(func() {
 			for {
 				a := acquisition{who: i, start: time.Now()}
-				a.inWindow = a.start.Before(end)
+				a.inWindow = !a.start.Before(start) && a.start.Before(end)
+				after := !a.start.Before(end)
 				ctx := hardCtx
 				if a.inWindow {
 					outstanding.Add(1)
-				} else {
+				} else if after {
 					select {
 					case <-drainCtx.Done():
 						return
@@ -274,6 +354,9 @@ func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int,
 					}
 					failMu.Unlock()
 				}
+				// Warm-up and post-window acquisitions are kept when they
+				// succeeded: they are the predecessors and successors of
+				// in-window ones for the change of hands.
 				if a.inWindow || (a.ok && ctx.Err() == nil) {
 					mu.Lock()
 					all = append(all, a)
@@ -287,12 +370,23 @@ func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int,
 	}
 	wg.Wait()
 	if hardCtx.Err() != nil {
-		tb.Fatalf("%s/contenders=%d: did not finish within %v", peerName, contenders, win+2*time.Minute)
+		tb.Fatalf("%s/contenders=%d: did not finish within %v", peerName, contenders, warm+win+2*time.Minute)
 	}
-	for atEnd == nil { // the window's timer may still be reading
-		time.Sleep(time.Millisecond)
+	var before, atEnd snap
+	for _, x := range []struct {
+		ch   <-chan snap
+		into *snap
+	}{{beforeCh, &before}, {atEndCh, &atEnd}} {
+		select { // the window's timers may still be reading
+		case *x.into = <-x.ch:
+		case <-time.After(time.Minute):
+			tb.Fatalf("%s/contenders=%d: the command counters were not read", peerName, contenders)
+		}
+		if x.into.err != nil {
+			tb.Fatal(x.into.err)
+		}
 	}
-	return analyse(peerName, contenders, win, start, end, all, before, atEnd, failSamples)
+	return analyse(peerName, contenders, win, start, end, all, before.m, atEnd.m, failSamples)
 }
 
 func analyse(peerName string, contenders int, win time.Duration, start, end time.Time, all []acquisition,
@@ -439,7 +533,7 @@ func (p *lockgatePeer) contender(tb testing.TB, i int) func(context.Context, *ac
 			return fmt.Errorf("PUT: %d", code)
 		}
 		a.ok = true
-		time.Sleep(hold)
+		holdLock()
 		a.holdEnd = time.Now()
 		// The release always runs to its end, even past the window.
 		req, _ = http.NewRequestWithContext(context.Background(), http.MethodDelete, p.url, nil)
@@ -479,7 +573,7 @@ func (p *redsyncPeer) contender(_ testing.TB, _ int) func(context.Context, *acqu
 			return err
 		}
 		a.ok = true
-		time.Sleep(hold)
+		holdLock()
 		a.holdEnd = time.Now()
 		_, err = m.Unlock()
 		a.released = time.Now()
@@ -499,7 +593,7 @@ var cases = []benchCase{
 	{"redsync", 1}, {"redsync", 16}, {"redsync", 64},
 }
 
-func run(tb testing.TB, c *cluster, bc benchCase, win time.Duration) result {
+func run(tb testing.TB, c *cluster, bc benchCase, warm, win time.Duration) result {
 	tb.Helper()
 	c.reset(tb)
 	var p peer
@@ -509,19 +603,19 @@ func run(tb testing.TB, c *cluster, bc benchCase, win time.Duration) result {
 		p = newRedsync(c)
 	}
 	defer p.close()
-	return runCase(tb, c, bc.peer, p, bc.contenders, win)
+	return runCase(tb, c, bc.peer, p, bc.contenders, warm, win)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// BenchmarkHandoff runs each case for one window per invocation, whatever
+// BenchmarkHandoff runs each case for one warm-up and one window per invocation, whatever
 // b.N is; run it with -benchtime 1x.
 func BenchmarkHandoff(b *testing.B) {
 	c := startCluster(b)
-	win := window(b)
+	warm, win := settings(b)
 	for _, bc := range cases {
 		b.Run(fmt.Sprintf("%s/contenders=%d", bc.peer, bc.contenders), func(b *testing.B) {
-			r := run(b, c, bc, win)
+			r := run(b, c, bc, warm, win)
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(ms(r.AcqP50), "acq-p50-ms")
 			b.ReportMetric(ms(r.AcqP99), "acq-p99-ms")
@@ -548,10 +642,10 @@ func TestReport(t *testing.T) {
 		t.Skip("set LOCKGATE_BENCH_REPORT=1 to run the hand-off report (about 1 minute)")
 	}
 	c := startCluster(t)
-	win := window(t)
+	warm, win := settings(t)
 	res := map[benchCase]result{}
 	for _, bc := range cases {
-		r := run(t, c, bc, win)
+		r := run(t, c, bc, warm, win)
 		res[bc] = r
 		t.Logf("%s/contenders=%d: %d acquired, %d failed, acquire p50 %.2f ms p99 %.2f ms max %.2f ms, change %.1f %%, "+
 			"hand-off p50 %.3f ms p99 %.3f ms, %.2f cmds sent/acq (%.2f executed), %.0f acq/s; failures e.g. %v",
@@ -561,7 +655,7 @@ func TestReport(t *testing.T) {
 			t.Errorf("%s/contenders=%d: no acquisition; failures: %v", bc.peer, bc.contenders, r.FailSamples)
 		}
 	}
-	out := report(res, win)
+	out := report(res, warm, win)
 	fmt.Println(out)
 	if path := os.Getenv("LOCKGATE_BENCH_OUT"); path != "" {
 		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
@@ -570,9 +664,9 @@ func TestReport(t *testing.T) {
 	}
 }
 
-func report(res map[benchCase]result, win time.Duration) string {
+func report(res map[benchCase]result, warm, win time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Window %v per case; hold time.Sleep(1ms); %s.\n\n", win, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "Warm-up %v and window %v per case; hold %s; %s.\n\n", warm, win, holdName(), time.Now().UTC().Format(time.RFC3339))
 	b.WriteString("| peer | contenders | acquired (failed) | acq/s | acquire p50 ms | acquire p99 ms | acquire mean ms | acquire max ms | change of hands % | hand-off p50 ms | hand-off p99 ms | hold p50 ms | release p50 ms | cmds sent/acq | cmds executed/acq |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, bc := range cases {
