@@ -372,21 +372,20 @@ func runCase(tb testing.TB, c *cluster, peerName string, p peer, contenders int,
 	if hardCtx.Err() != nil {
 		tb.Fatalf("%s/contenders=%d: did not finish within %v", peerName, contenders, warm+win+2*time.Minute)
 	}
-	var before, atEnd snap
-	for _, x := range []struct {
-		ch   <-chan snap
-		into *snap
-	}{{beforeCh, &before}, {atEndCh, &atEnd}} {
+	counters := func(ch <-chan snap) map[string]int64 {
 		select { // the window's timers may still be reading
-		case *x.into = <-x.ch:
+		case s := <-ch:
+			if s.err != nil {
+				tb.Fatal(s.err)
+			}
+			return s.m
 		case <-time.After(time.Minute):
 			tb.Fatalf("%s/contenders=%d: the command counters were not read", peerName, contenders)
-		}
-		if x.into.err != nil {
-			tb.Fatal(x.into.err)
+			return nil
 		}
 	}
-	return analyse(peerName, contenders, win, start, end, all, before.m, atEnd.m, failSamples)
+	before, atEnd := counters(beforeCh), counters(atEndCh)
+	return analyse(peerName, contenders, win, start, end, all, before, atEnd, failSamples)
 }
 
 func analyse(peerName string, contenders int, win time.Duration, start, end time.Time, all []acquisition,
