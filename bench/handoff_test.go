@@ -24,6 +24,7 @@ import (
 	"github.com/lockgate/lockgate/handlers"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -50,6 +51,10 @@ import (
 //     Each contender has its own http.Client and Transport (one keep-alive
 //     connection): PUT /locks/bench {"ttl_ms":10000,"wait_ms":30000}, hold,
 //     DELETE /locks/bench with the Lease-Id it got.
+//   - lockgate-embedded: the same gateway over the embedded in-memory store
+//     (one memnode, as cmd/lockgate runs with no Redis configured). It sends
+//     no Redis command; it shows what the HTTP hops alone cost, a floor for
+//     the Redis-backed gateway on the same machine.
 //   - redsync: redsync/v4 over one go-redis v9 client per server, one
 //     rs.NewMutex("bench") per contender with the default options (expiry
 //     8s, 32 tries, retry delay uniform in 50–250 ms): Lock(), hold, Unlock().
@@ -71,6 +76,14 @@ import (
 //     (DELETE's 204 read; Unlock() returned) to the new holder's acquire
 //     returned; it can be slightly negative, the two being read by different
 //     goroutines;
+//   - idle: for every in-window acquisition but the first, the previous
+//     holder's hold ending (release asked) to this acquire returning, change
+//     of hands or not: how long the lock goes unused between two holds;
+//   - mean ÷ floor: the mean acquire divided by (C−1) × hold. With every
+//     contender asking again at once, C−1 of them wait while one holds, and
+//     at most one hold ends per hold time, so by Little's law no lock can
+//     have a mean wait much below (C−1) × hold (less only the time a
+//     contender spends releasing): a ratio of 1 is the best possible;
 //   - Redis commands per acquisition: INFO commandstats summed over the
 //     three servers between the start and the end of the window, divided by
 //     the acquisitions that returned inside it. "sent" counts what clients
@@ -112,13 +125,14 @@ func durationEnv(tb testing.TB, name string, def time.Duration, zeroOK bool) tim
 	return d
 }
 
-// sleepHold is true when LOCKGATE_BENCH_HOLD=sleep asks for time.Sleep holds.
-var sleepHold = os.Getenv("LOCKGATE_BENCH_HOLD") == "sleep"
+// holdMode is LOCKGATE_BENCH_HOLD: "" (1 ms on the clock, yielding),
+// "sleep" (time.Sleep) or "spin" (1 ms on the clock, never yielding).
+var holdMode = os.Getenv("LOCKGATE_BENCH_HOLD")
 
 // settings checks the environment and returns the warm-up and the window.
 func settings(tb testing.TB) (warm, win time.Duration) {
-	if v := os.Getenv("LOCKGATE_BENCH_HOLD"); v != "" && v != "sleep" {
-		tb.Fatalf("LOCKGATE_BENCH_HOLD=%q: want sleep, or nothing for 1 ms on the clock", v)
+	if v := holdMode; v != "" && v != "sleep" && v != "spin" {
+		tb.Fatalf("LOCKGATE_BENCH_HOLD=%q: want sleep, spin, or nothing for 1 ms on the clock", v)
 	}
 	return warmup(tb), window(tb)
 }
@@ -126,11 +140,17 @@ func settings(tb testing.TB) (warm, win time.Duration) {
 // holdLock holds the lock for hold: see the package comment for why it does
 // not simply call time.Sleep. It waits on the monotonic clock and yields its
 // processor on every turn, as a sleeping holder would leave it to the other
-// goroutines. (A busy-wait that does not yield holds it as exactly, but keeps
-// one of the Go processors: BENCHMARKS.md reports what that changes.)
+// goroutines. LOCKGATE_BENCH_HOLD=spin busy-waits without yielding: it holds
+// as exactly, but keeps one of the Go processors (BENCHMARKS.md reports what
+// that changes).
 func holdLock() {
-	if sleepHold {
+	switch holdMode {
+	case "sleep":
 		time.Sleep(hold)
+		return
+	case "spin":
+		for end := time.Now().Add(hold); time.Now().Before(end); {
+		}
 		return
 	}
 	for end := time.Now().Add(hold); time.Now().Before(end); {
@@ -139,8 +159,11 @@ func holdLock() {
 }
 
 func holdName() string {
-	if sleepHold {
+	switch holdMode {
+	case "sleep":
 		return "time.Sleep(1ms)"
+	case "spin":
+		return "1 ms on the clock, never yielding (LOCKGATE_BENCH_HOLD=spin)"
 	}
 	return "1 ms on the clock (holdLock)"
 }
@@ -181,6 +204,8 @@ type result struct {
 	ReleaseP50  time.Duration // release asked to release returned
 	HandoffP99  time.Duration
 	Handoffs    int
+	IdleP50     time.Duration // previous hold ended to acquire returned
+	IdleP99     time.Duration
 	InWindowOK  int // successful acquisitions that returned inside the window
 	CmdsSent    float64
 	CmdsExec    float64
@@ -410,7 +435,7 @@ func analyse(peerName string, contenders int, win time.Duration, start, end time
 		}
 	}
 	slices.SortFunc(ok, func(x, y acquisition) int { return x.got.Compare(y.got) })
-	var handoffs []time.Duration
+	var handoffs, idle []time.Duration
 	changes, counted := 0, 0
 	for i, a := range ok {
 		if !a.got.Before(start) && !a.got.After(end) {
@@ -421,6 +446,7 @@ func analyse(peerName string, contenders int, win time.Duration, start, end time
 		}
 		counted++
 		prev := ok[i-1]
+		idle = append(idle, a.got.Sub(prev.holdEnd))
 		if prev.who != a.who {
 			changes++
 			handoffs = append(handoffs, a.got.Sub(prev.released))
@@ -439,6 +465,7 @@ func analyse(peerName string, contenders int, win time.Duration, start, end time
 		r.AcqMean = sum / time.Duration(len(waits))
 	}
 	r.HandoffP50, r.HandoffP99 = pct(handoffs, 50), pct(handoffs, 99)
+	r.IdleP50, r.IdleP99 = pct(idle, 50), pct(idle, 99)
 	r.HoldP50, r.ReleaseP50 = pct(holds, 50), pct(releases, 50)
 	sent, exec := countCommands(peerName, before, atEnd)
 	if r.InWindowOK > 0 {
@@ -469,11 +496,19 @@ type lockgatePeer struct {
 	nodes  []*redisnode.Node
 }
 
-func newLockgate(tb testing.TB, c *cluster) *lockgatePeer {
+// newLockgate starts the gateway over the cluster's three servers, or over
+// the embedded in-memory store when embedded is set.
+func newLockgate(tb testing.TB, c *cluster, embedded bool) *lockgatePeer {
 	tb.Helper()
 	p := &lockgatePeer{}
 	var nodes []lockcore.Node
+	if embedded {
+		nodes = append(nodes, memnode.New(&memnode.Options{Name: "embedded"}))
+	}
 	for _, s := range c.srvs {
+		if embedded {
+			break
+		}
 		n, err := redisnode.New(s.URL())
 		if err != nil {
 			tb.Fatal(err)
@@ -590,15 +625,19 @@ type benchCase struct {
 var cases = []benchCase{
 	{"lockgate", 1}, {"lockgate", 16}, {"lockgate", 64},
 	{"redsync", 1}, {"redsync", 16}, {"redsync", 64},
+	{"lockgate-embedded", 1}, {"lockgate-embedded", 16}, {"lockgate-embedded", 64},
 }
 
 func run(tb testing.TB, c *cluster, bc benchCase, warm, win time.Duration) result {
 	tb.Helper()
 	c.reset(tb)
 	var p peer
-	if bc.peer == "lockgate" {
-		p = newLockgate(tb, c)
-	} else {
+	switch bc.peer {
+	case "lockgate":
+		p = newLockgate(tb, c, false)
+	case "lockgate-embedded":
+		p = newLockgate(tb, c, true)
+	default:
 		p = newRedsync(c)
 	}
 	defer p.close()
@@ -622,6 +661,8 @@ func BenchmarkHandoff(b *testing.B) {
 			b.ReportMetric(r.ChangePct, "change-%")
 			b.ReportMetric(ms(r.HandoffP50), "handoff-p50-ms")
 			b.ReportMetric(ms(r.HandoffP99), "handoff-p99-ms")
+			b.ReportMetric(ms(r.IdleP50), "idle-p50-ms")
+			b.ReportMetric(ms(r.IdleP99), "idle-p99-ms")
 			b.ReportMetric(r.CmdsSent, "cmds-sent/acq")
 			b.ReportMetric(r.CmdsExec, "cmds-exec/acq")
 			b.ReportMetric(float64(r.Acquired), "acquisitions")
@@ -666,28 +707,44 @@ func TestReport(t *testing.T) {
 func report(res map[benchCase]result, warm, win time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Warm-up %v and window %v per case; hold %s; %s.\n\n", warm, win, holdName(), time.Now().UTC().Format(time.RFC3339))
-	b.WriteString("| peer | contenders | acquired (failed) | acq/s | acquire p50 ms | acquire p99 ms | acquire mean ms | acquire max ms | change of hands % | hand-off p50 ms | hand-off p99 ms | hold p50 ms | release p50 ms | cmds sent/acq | cmds executed/acq |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| peer | contenders | acquired (failed) | acq/s | acquire p50 ms | acquire p99 ms | acquire mean ms | acquire max ms | mean ÷ floor | change of hands % | hand-off p50 ms | hand-off p99 ms | idle p50 ms | idle p99 ms | hold p50 ms | release p50 ms | cmds sent/acq | cmds executed/acq |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, bc := range cases {
 		r := res[bc]
-		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %.0f | %.2f | %.2f | %.2f | %.2f | %s | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n",
 			r.Peer, r.Contenders, r.Acquired, r.Failed, r.Throughput, ms(r.AcqP50), ms(r.AcqP99), ms(r.AcqMean), ms(r.AcqMax),
-			r.ChangePct, ms(r.HandoffP50), ms(r.HandoffP99), ms(r.HoldP50), ms(r.ReleaseP50), r.CmdsSent, r.CmdsExec)
+			overFloor(r), r.ChangePct, ms(r.HandoffP50), ms(r.HandoffP99), ms(r.IdleP50), ms(r.IdleP99),
+			ms(r.HoldP50), ms(r.ReleaseP50), r.CmdsSent, r.CmdsExec)
 	}
 	b.WriteString("\nTargets (lockgate):\n\n")
-	b.WriteString("| contenders | acquire p99 ÷ redsync's (≤ 0.05) | change of hands (≥ 90 %) | hand-off p50 (≤ 1 ms) | cmds sent/acq ÷ uncontended (≤ ~2) | acquire p50 ÷ redsync's | acq/s ÷ redsync's |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| contenders | acquire p99 ÷ redsync's (≤ 0.05) | change of hands (≥ 90 %) | hand-off p50 (≤ 1 ms) | cmds sent/acq ÷ uncontended (≤ ~2) | acquire p50 ÷ redsync's | acq/s ÷ redsync's | embedded store: acquire p99 ÷ redsync's | floor ÷ redsync's p99 |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	base := res[benchCase{"lockgate", 1}]
 	for _, n := range []int{16, 64} {
 		lg, rs := res[benchCase{"lockgate", n}], res[benchCase{"redsync", n}]
+		emb := res[benchCase{"lockgate-embedded", n}]
 		p99 := ratio(ms(lg.AcqP99), ms(rs.AcqP99))
 		cmd := ratio(lg.CmdsSent, base.CmdsSent)
-		fmt.Fprintf(&b, "| %d | %.4f %s | %.1f %% %s | %.3f ms %s | %.2f %s | %.4f | %.1f |\n", n,
+		fmt.Fprintf(&b, "| %d | %.4f %s | %.1f %% %s | %.3f ms %s | %.2f %s | %.4f | %.2f | %.4f | %.4f |\n", n,
 			p99, verdict(p99 <= 0.05), lg.ChangePct, verdict(lg.ChangePct >= 90),
 			ms(lg.HandoffP50), verdict(lg.HandoffP50 <= time.Millisecond), cmd, verdict(cmd <= 2),
-			ratio(ms(lg.AcqP50), ms(rs.AcqP50)), ratio(lg.Throughput, rs.Throughput))
+			ratio(ms(lg.AcqP50), ms(rs.AcqP50)), ratio(lg.Throughput, rs.Throughput),
+			ratio(ms(emb.AcqP99), ms(rs.AcqP99)), ratio(ms(floor(n)), ms(rs.AcqP99)))
 	}
 	return b.String()
+}
+
+// floor is the least mean acquire any lock can have with c contenders that
+// each ask again at once after holding for hold: (c−1) × hold (see the
+// package comment; the time a contender spends releasing is left out).
+func floor(c int) time.Duration { return time.Duration(c-1) * hold }
+
+// overFloor formats r's mean acquire ÷ floor, or "–" for one contender.
+func overFloor(r result) string {
+	if r.Contenders < 2 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", ratio(ms(r.AcqMean), ms(floor(r.Contenders))))
 }
 
 func ratio(a, b float64) float64 {
