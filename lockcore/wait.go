@@ -479,6 +479,11 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	defer timer.Stop()
 	splits := 0 // failed attempts in a row that some nodes granted
 	for attempt := true; ; {
+		if attempt && !clock.Now().Before(deadline) {
+			// The wait is over, though joining took that long: no attempt
+			// past it (the answer below is 409).
+			attempt = false
+		}
 		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now()) {
 			lease, err := wr.r.tryAcquire(ctx, req)
 			wr.mu.Lock()

@@ -11,9 +11,12 @@
 // secret and watchers ignore it). A hand-off (handoff.lua) passes the lock
 // from its holder to the next waiter of the same gateway replica in one step
 // and publishes nothing, since the lock was never free; when it may not pass
-// the lock on it releases and publishes as the release script does. Watches share one pub/sub connection per
-// node. A release published while that connection is down is not heard;
-// waiters then learn it from the lock's TTL or from other nodes.
+// the lock on it releases and publishes as the release script does.
+//
+// Watches share one pub/sub connection per node. A release published while
+// that connection is down is not heard; waiters then learn it from the lock's
+// TTL or from other nodes. Watch never waits longer than its context, even
+// while go-redis redials an unreachable node (see hub).
 //
 // The fencing counter lockgate:{resource}:fence never expires. Run every node
 // with maxmemory-policy noeviction and AOF persistence (appendfsync always),
@@ -93,7 +96,7 @@ func New(rawURL string) (*Node, error) {
 	// A refused dial is an answer: the node is down. go-redis would retry it
 	// 5 times, 100ms apart, which turns a dead node into a slow one.
 	opt.DialerRetries = 1
-	// The one retry runs at once: go-redis would first wait 10 to 20 ms,
+	// The one retry runs at once: go-redis would first wait 10 to 30 ms,
 	// which a dead node (dial refused twice) would add to every call.
 	opt.MinRetryBackoff, opt.MaxRetryBackoff = -1, -1
 	opt.DisableIdentity = true
@@ -107,14 +110,15 @@ func (n *Node) Client() *redis.Client { return n.rdb }
 // String names the node by host:port, never with its password.
 func (n *Node) String() string { return n.name }
 
-// Close closes the node's connections and ends its watches.
+// Close closes the node's connections and ends its watches. The pub/sub
+// connection is closed in the background (see hub.close).
 func (n *Node) Close() error {
 	n.mu.Lock()
 	h := n.hub
 	n.hub = nil
 	n.mu.Unlock()
 	if h != nil {
-		_ = h.ps.Close()
+		h.close()
 	}
 	return n.rdb.Close()
 }
@@ -262,18 +266,57 @@ func (n *Node) Ping(ctx context.Context) error { return n.rdb.Ping(ctx).Err() }
 
 // hub multiplexes all of a node's watches over one pub/sub connection: one
 // Redis subscription per resource, however many waiters it has.
+//
+// SUBSCRIBE and UNSUBSCRIBE are sent by one goroutine (send), in the order
+// the watches decided them, so a SUBSCRIBE of a new first watch is never
+// overtaken by the UNSUBSCRIBE of the last old one. Callers never wait for
+// go-redis's pub/sub lock: its receive loop holds that lock while it dials a
+// lost connection again, with no deadline but go-redis's dial timeout, and a
+// node whose host drops packets would hold every Watch and stop there for
+// seconds. Watch waits for Redis's confirmation or its context, whichever
+// comes first; stop only queues the UNSUBSCRIBE.
 type hub struct {
 	ps *redis.PubSub
-	// sendMu orders the decision to subscribe or unsubscribe a channel with
-	// the command that carries it out, so that a SUBSCRIBE of a new first
-	// watch can never be overtaken by the UNSUBSCRIBE of the last old one.
-	sendMu   sync.Mutex
+
 	mu       sync.Mutex
 	watchers map[string]map[*watch]struct{} // channel → watches
-	pending  map[string][]chan struct{}     // channel → waiting for "subscribe"
+	subs     map[string]*hubSub             // channel → its watches' SUBSCRIBE
+	pending  map[string][]*hubSub           // channel → SUBSCRIBEs not yet confirmed
+	queue    []hubCmd                       // for send, in decision order
+	queued   chan struct{}                  // a token when queue is not empty
+	done     chan struct{}                  // closed by Close: send stops
+}
+
+// hubCmd is one SUBSCRIBE (sub is its entry in hub.pending) or, with sub
+// nil, UNSUBSCRIBE for send to carry out.
+type hubCmd struct {
+	channel string
+	sub     *hubSub
+}
+
+// hubSub is a SUBSCRIBE sent or to be sent. done is closed once Redis has
+// confirmed it (err nil) or it failed (err set before done is closed, both
+// under hub.mu).
+type hubSub struct {
+	done chan struct{}
+	err  error
+}
+
+// failed reports whether s failed. hub.mu must be held.
+func (s *hubSub) failed() bool {
+	select {
+	case <-s.done:
+		return s.err != nil
+	default:
+		return false
+	}
 }
 
 type watch struct{ notify func() }
+
+// hubCmdTimeout bounds one SUBSCRIBE or UNSUBSCRIBE in send. A Watch gives
+// up sooner, on its own context; this only keeps send from being stuck.
+const hubCmdTimeout = 5 * time.Second
 
 func (n *Node) getHub() *hub {
 	n.mu.Lock()
@@ -282,12 +325,24 @@ func (n *Node) getHub() *hub {
 		h := &hub{
 			ps:       n.rdb.Subscribe(context.Background()),
 			watchers: map[string]map[*watch]struct{}{},
-			pending:  map[string][]chan struct{}{},
+			subs:     map[string]*hubSub{},
+			pending:  map[string][]*hubSub{},
+			queued:   make(chan struct{}, 1),
+			done:     make(chan struct{}),
 		}
 		go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+		go h.send()
 		n.hub = h
 	}
 	return n.hub
+}
+
+// close ends send and, in the background, the pub/sub connection: go-redis
+// holds that connection's lock while it dials an unreachable node again, for
+// up to its dial timeout, and Close should not wait for that.
+func (h *hub) close() {
+	close(h.done)
+	go func() { _ = h.ps.Close() }()
 }
 
 func (h *hub) run(ch <-chan any) {
@@ -300,7 +355,7 @@ func (h *hub) run(ch <-chan any) {
 			h.mu.Lock()
 			// Redis confirms SUBSCRIBEs in the order they were sent.
 			if p := h.pending[m.Channel]; len(p) > 0 {
-				close(p[0])
+				close(p[0].done)
 				h.pending[m.Channel] = p[1:]
 			}
 			h.mu.Unlock()
@@ -314,85 +369,100 @@ func (h *hub) run(ch <-chan any) {
 	}
 }
 
+// enqueue queues c for send. h.mu must be held.
+func (h *hub) enqueue(c hubCmd) {
+	h.queue = append(h.queue, c)
+	select {
+	case h.queued <- struct{}{}:
+	default:
+	}
+}
+
+// send carries out the queued commands one by one, in order. A SUBSCRIBE
+// that fails is taken out of pending and its Watch told at once.
+func (h *hub) send() {
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-h.queued:
+		}
+		for {
+			h.mu.Lock()
+			if len(h.queue) == 0 {
+				h.mu.Unlock()
+				break
+			}
+			c := h.queue[0]
+			h.queue = h.queue[1:]
+			h.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), hubCmdTimeout)
+			if c.sub == nil {
+				_ = h.ps.Unsubscribe(ctx, c.channel)
+				cancel()
+				continue
+			}
+			err := h.ps.Subscribe(ctx, c.channel)
+			cancel()
+			if err != nil {
+				h.mu.Lock()
+				if p := h.pending[c.channel]; slices.Contains(p, c.sub) {
+					h.pending[c.channel] = slices.DeleteFunc(p, func(x *hubSub) bool { return x == c.sub })
+					c.sub.err = err
+					close(c.sub.done)
+				}
+				h.mu.Unlock()
+			}
+		}
+	}
+}
+
 // Watch implements lockcore.Watcher: it returns once Redis has confirmed the
-// subscription to the resource's release channel. notify is called from the
-// node's pub/sub goroutine, once per message published on that channel.
+// subscription to the resource's release channel, or with an error when it
+// failed or ctx ended first. notify is called from the node's pub/sub
+// goroutine, once per message published on that channel.
 func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
 	h := n.getHub()
 	channel := releasedKey(resource)
 	w := &watch{notify: notify}
 
-	h.sendMu.Lock()
 	h.mu.Lock()
-	first := len(h.watchers[channel]) == 0
-	if first {
+	if h.watchers[channel] == nil {
 		h.watchers[channel] = map[*watch]struct{}{}
 	}
 	h.watchers[channel][w] = struct{}{}
-	var confirmed chan struct{}
-	if first {
-		confirmed = make(chan struct{})
-		h.pending[channel] = append(h.pending[channel], confirmed)
+	sub := h.subs[channel]
+	if sub == nil || sub.failed() {
+		// The first watch, or the others' SUBSCRIBE failed: send one.
+		sub = &hubSub{done: make(chan struct{})}
+		h.subs[channel] = sub
+		h.pending[channel] = append(h.pending[channel], sub)
+		h.enqueue(hubCmd{channel: channel, sub: sub})
 	}
 	h.mu.Unlock()
-	var subErr error
-	if first {
-		if subErr = h.ps.Subscribe(ctx, channel); subErr != nil {
-			h.mu.Lock()
-			h.pending[channel] = slices.DeleteFunc(h.pending[channel], func(c chan struct{}) bool { return c == confirmed })
-			h.mu.Unlock()
-		}
-	}
-	h.sendMu.Unlock()
 
+	var once sync.Once
 	stop := func() {
-		h.sendMu.Lock()
-		defer h.sendMu.Unlock()
-		h.mu.Lock()
-		delete(h.watchers[channel], w)
-		last := len(h.watchers[channel]) == 0
-		if last {
-			delete(h.watchers, channel)
-		}
-		h.mu.Unlock()
-		if last {
-			_ = h.ps.Unsubscribe(context.Background(), channel)
-		}
-	}
-	if subErr != nil {
-		stop()
-		return nil, subErr
-	}
-	if !first {
-		// Someone else subscribed first; wait for their confirmation too.
-		// On failure the caller gets no stop function: unregister now.
-		if err := h.awaitSubscribed(ctx, channel); err != nil {
-			stop()
-			return nil, err
-		}
-		return stop, nil
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			delete(h.watchers[channel], w)
+			if len(h.watchers[channel]) == 0 {
+				delete(h.watchers, channel)
+				delete(h.subs, channel)
+				h.enqueue(hubCmd{channel: channel})
+			}
+		})
 	}
 	select {
-	case <-confirmed:
-		return stop, nil
+	case <-sub.done:
+		if sub.err == nil {
+			return stop, nil
+		}
+		stop()
+		return nil, sub.err
 	case <-ctx.Done():
 		stop()
-		return nil, ctx.Err()
-	}
-}
-
-// awaitSubscribed waits until no SUBSCRIBE to channel is still unconfirmed.
-func (h *hub) awaitSubscribed(ctx context.Context, channel string) error {
-	h.mu.Lock()
-	p := h.pending[channel]
-	h.mu.Unlock()
-	if len(p) == 0 {
-		return nil
-	}
-	select {
-	case <-p[len(p)-1]:
-		return nil
-	case <-ctx.Done():
-		return errors.Join(ctx.Err(), errors.New("redisnode: subscription not confirmed"))
+		return nil, errors.Join(ctx.Err(), errors.New("redisnode: subscription not confirmed"))
 	}
 }

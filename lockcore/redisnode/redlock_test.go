@@ -386,6 +386,46 @@ func TestRedlockPausedNodes(t *testing.T) {
 	}
 }
 
+// A node whose host drops packets (connection attempts hang) must not make
+// a waiting acquire overrun its wait. It did: go-redis's pub/sub receive loop
+// dials such a node with its 5 s dial timeout while holding the lock that
+// SUBSCRIBE needs, so joining the queue took about 15 s, and the waiter then
+// tried past its deadline and got a lock it had stopped waiting for.
+func TestWaitEndsOnTimeWithAnUnreachableNode(t *testing.T) {
+	srvs := redistest.StartN(t, 2, nil)
+	nodes := []lockcore.Node{newNode(t, srvs[0]), newNode(t, srvs[1])}
+	gone, err := redisnode.New("redis://" + redistest.Unreachable(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gone.Close() })
+	rl, err := lockcore.New(append(nodes, gone), itOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	ctx := context.Background()
+	mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "unreachable", TTL: 30 * time.Second})
+
+	const wait = time.Second
+	// A try first, then a subscription to each node: each can take one
+	// node timeout on the unreachable node; 4 s leaves room for a slow
+	// machine and is far below what a dial timeout would add.
+	const bound = 4 * time.Second
+	for i := range 3 { // the first round creates the node's pub/sub connection
+		start := time.Now()
+		_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "unreachable", TTL: 30 * time.Second, Wait: wait})
+		d := time.Since(start)
+		if !errors.Is(err, lockcore.ErrTaken) {
+			t.Fatalf("round %d: err = %v, want ErrTaken after the wait", i, err)
+		}
+		t.Logf("round %d: %v", i, d)
+		if d < wait || d > bound {
+			t.Fatalf("round %d: a %v wait ended after %v, want between %v and %v", i, wait, d, wait, bound)
+		}
+	}
+}
+
 func TestRedlockExpiredLeaseCannotTouchTheNextHolder(t *testing.T) {
 	ctx := context.Background()
 	srvs := redistest.StartN(t, 3, nil)
