@@ -446,6 +446,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		return nil, ErrClosed
 	}
 	var taken *TakenError
+	var triedAt time.Time
 	if busy && !req.minted {
 		// Others wait here, so this request will not try ahead of them;
 		// but its lease may already hold the lock (a retry whose answer was
@@ -465,11 +466,22 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		if !errors.As(err, &taken) {
 			return wr.r.handOver(ctx, lease, err)
 		}
+		triedAt = clock.Now()
 	}
 
 	q, el, err := wr.join(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if taken != nil {
+		// What the try before joining learnt of the holder, for a new
+		// queue: a wait that ends before its first attempt in the queue
+		// still says when to come back.
+		wr.mu.Lock()
+		if q.holderExpires.IsZero() {
+			q.holderExpires = triedAt.Add(taken.RetryAfter)
+		}
+		wr.mu.Unlock()
 	}
 	me := el.Value.(*waiter)
 	var hint time.Time

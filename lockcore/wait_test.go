@@ -693,3 +693,57 @@ func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
 	}
 	mustRelease(t, rl, r.lease)
 }
+
+// watchGated is a node whose Watch waits until open is closed (or its
+// context ends) before it watches.
+type watchGated struct {
+	*nodetest.Faulty
+	open chan struct{}
+}
+
+func (w *watchGated) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
+	select {
+	case <-w.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return w.Faulty.Watch(ctx, resource, notify)
+}
+
+func TestAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T) {
+	// Joining the queue (its first Watch) takes longer than the whole wait,
+	// and the holder releases meanwhile. The waiter must answer that its
+	// wait ran out, with the holder's time left as it last learnt it, not
+	// take the lock after its wait.
+	c := newCluster(t, 1, nil, nil)
+	gated := &watchGated{Faulty: c.nodes[0], open: make(chan struct{})}
+	rl, err := lockcore.New([]lockcore.Node{gated}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL})
+	const wait = 50 * time.Millisecond
+	out := make(chan acquired, 1)
+	start := time.Now()
+	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL, Wait: wait}, out)
+	for goroutines.Count(" [select", "lockcore_test.(*watchGated).Watch(") == 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the waiter never reached Watch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(time.Until(start.Add(2 * wait)))
+	mustRelease(t, c.rl, holder)
+	close(gated.open)
+	r := next(t, out, 10*time.Second)
+	var taken *lockcore.TakenError
+	if !errors.As(r.err, &taken) {
+		if r.lease != nil {
+			mustRelease(t, rl, r.lease)
+		}
+		t.Fatalf("err = %v, got a lease: %v; want ErrTaken, the wait ran out before the lock was free", r.err, r.lease != nil)
+	}
+	if taken.RetryAfter < holdTTL/2 {
+		t.Fatalf("retry after %v, want about the %v the holder had left when the waiter tried", taken.RetryAfter, holdTTL)
+	}
+}

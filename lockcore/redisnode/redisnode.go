@@ -26,9 +26,7 @@ package redisnode
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -70,8 +68,9 @@ type Node struct {
 	rdb  *redis.Client
 	name string
 
-	mu  sync.Mutex
-	hub *hub
+	mu     sync.Mutex
+	hub    *hub // made by the first Watch
+	closed bool
 }
 
 var (
@@ -115,7 +114,7 @@ func (n *Node) String() string { return n.name }
 func (n *Node) Close() error {
 	n.mu.Lock()
 	h := n.hub
-	n.hub = nil
+	n.hub, n.closed = nil, true
 	n.mu.Unlock()
 	if h != nil {
 		h.close()
@@ -263,206 +262,3 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 
 // Ping implements lockcore.Node.
 func (n *Node) Ping(ctx context.Context) error { return n.rdb.Ping(ctx).Err() }
-
-// hub multiplexes all of a node's watches over one pub/sub connection: one
-// Redis subscription per resource, however many waiters it has.
-//
-// SUBSCRIBE and UNSUBSCRIBE are sent by one goroutine (send), in the order
-// the watches decided them, so a SUBSCRIBE of a new first watch is never
-// overtaken by the UNSUBSCRIBE of the last old one. Callers never wait for
-// go-redis's pub/sub lock: its receive loop holds that lock while it dials a
-// lost connection again, with no deadline but go-redis's dial timeout, and a
-// node whose host drops packets would hold every Watch and stop there for
-// seconds. Watch waits for Redis's confirmation or its context, whichever
-// comes first; stop only queues the UNSUBSCRIBE.
-type hub struct {
-	ps *redis.PubSub
-
-	mu       sync.Mutex
-	watchers map[string]map[*watch]struct{} // channel → watches
-	subs     map[string]*hubSub             // channel → its watches' SUBSCRIBE
-	pending  map[string][]*hubSub           // channel → SUBSCRIBEs not yet confirmed
-	queue    []hubCmd                       // for send, in decision order
-	queued   chan struct{}                  // a token when queue is not empty
-	done     chan struct{}                  // closed by Close: send stops
-}
-
-// hubCmd is one SUBSCRIBE (sub is its entry in hub.pending) or, with sub
-// nil, UNSUBSCRIBE for send to carry out.
-type hubCmd struct {
-	channel string
-	sub     *hubSub
-}
-
-// hubSub is a SUBSCRIBE sent or to be sent. done is closed once Redis has
-// confirmed it (err nil) or it failed (err set before done is closed, both
-// under hub.mu).
-type hubSub struct {
-	done chan struct{}
-	err  error
-}
-
-// failed reports whether s failed. hub.mu must be held.
-func (s *hubSub) failed() bool {
-	select {
-	case <-s.done:
-		return s.err != nil
-	default:
-		return false
-	}
-}
-
-type watch struct{ notify func() }
-
-// hubCmdTimeout bounds one SUBSCRIBE or UNSUBSCRIBE in send. A Watch gives
-// up sooner, on its own context; this only keeps send from being stuck.
-const hubCmdTimeout = 5 * time.Second
-
-func (n *Node) getHub() *hub {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.hub == nil {
-		h := &hub{
-			ps:       n.rdb.Subscribe(context.Background()),
-			watchers: map[string]map[*watch]struct{}{},
-			subs:     map[string]*hubSub{},
-			pending:  map[string][]*hubSub{},
-			queued:   make(chan struct{}, 1),
-			done:     make(chan struct{}),
-		}
-		go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
-		go h.send()
-		n.hub = h
-	}
-	return n.hub
-}
-
-// close ends send and, in the background, the pub/sub connection: go-redis
-// holds that connection's lock while it dials an unreachable node again, for
-// up to its dial timeout, and Close should not wait for that.
-func (h *hub) close() {
-	close(h.done)
-	go func() { _ = h.ps.Close() }()
-}
-
-func (h *hub) run(ch <-chan any) {
-	for msg := range ch {
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			h.mu.Lock()
-			// Redis confirms SUBSCRIBEs in the order they were sent.
-			if p := h.pending[m.Channel]; len(p) > 0 {
-				close(p[0].done)
-				h.pending[m.Channel] = p[1:]
-			}
-			h.mu.Unlock()
-		case *redis.Message:
-			h.mu.Lock()
-			for w := range h.watchers[m.Channel] {
-				w.notify()
-			}
-			h.mu.Unlock()
-		}
-	}
-}
-
-// enqueue queues c for send. h.mu must be held.
-func (h *hub) enqueue(c hubCmd) {
-	h.queue = append(h.queue, c)
-	select {
-	case h.queued <- struct{}{}:
-	default:
-	}
-}
-
-// send carries out the queued commands one by one, in order. A SUBSCRIBE
-// that fails is taken out of pending and its Watch told at once.
-func (h *hub) send() {
-	for {
-		select {
-		case <-h.done:
-			return
-		case <-h.queued:
-		}
-		for {
-			h.mu.Lock()
-			if len(h.queue) == 0 {
-				h.mu.Unlock()
-				break
-			}
-			c := h.queue[0]
-			h.queue = h.queue[1:]
-			h.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), hubCmdTimeout)
-			if c.sub == nil {
-				_ = h.ps.Unsubscribe(ctx, c.channel)
-				cancel()
-				continue
-			}
-			err := h.ps.Subscribe(ctx, c.channel)
-			cancel()
-			if err != nil {
-				h.mu.Lock()
-				if p := h.pending[c.channel]; slices.Contains(p, c.sub) {
-					h.pending[c.channel] = slices.DeleteFunc(p, func(x *hubSub) bool { return x == c.sub })
-					c.sub.err = err
-					close(c.sub.done)
-				}
-				h.mu.Unlock()
-			}
-		}
-	}
-}
-
-// Watch implements lockcore.Watcher: it returns once Redis has confirmed the
-// subscription to the resource's release channel, or with an error when it
-// failed or ctx ended first. notify is called from the node's pub/sub
-// goroutine, once per message published on that channel.
-func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	h := n.getHub()
-	channel := releasedKey(resource)
-	w := &watch{notify: notify}
-
-	h.mu.Lock()
-	if h.watchers[channel] == nil {
-		h.watchers[channel] = map[*watch]struct{}{}
-	}
-	h.watchers[channel][w] = struct{}{}
-	sub := h.subs[channel]
-	if sub == nil || sub.failed() {
-		// The first watch, or the others' SUBSCRIBE failed: send one.
-		sub = &hubSub{done: make(chan struct{})}
-		h.subs[channel] = sub
-		h.pending[channel] = append(h.pending[channel], sub)
-		h.enqueue(hubCmd{channel: channel, sub: sub})
-	}
-	h.mu.Unlock()
-
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			delete(h.watchers[channel], w)
-			if len(h.watchers[channel]) == 0 {
-				delete(h.watchers, channel)
-				delete(h.subs, channel)
-				h.enqueue(hubCmd{channel: channel})
-			}
-		})
-	}
-	select {
-	case <-sub.done:
-		if sub.err == nil {
-			return stop, nil
-		}
-		stop()
-		return nil, sub.err
-	case <-ctx.Done():
-		stop()
-		return nil, errors.Join(ctx.Err(), errors.New("redisnode: subscription not confirmed"))
-	}
-}

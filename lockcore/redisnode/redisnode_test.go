@@ -58,3 +58,83 @@ func TestADeadNodeAnswersAtOnce(t *testing.T) {
 		t.Fatalf("the fastest of 5 calls to a killed server took %v; a refused connection should fail at once", fastest)
 	}
 }
+
+// Every Watch that returns must hear every release until it stops, however
+// the watches before it came and went: the last watch of a resource stopping
+// (an UNSUBSCRIBE) just before a new first one (a SUBSCRIBE), a second watch
+// joining one that then stops, and the pub/sub connection lost and made
+// again (go-redis then subscribes again to the channels it knows). Each
+// round releases at once and again 5 ms later, which an UNSUBSCRIBE sent
+// late would silence, and the rounds are 0 to 2 ms apart.
+func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv)
+	ctx := context.Background()
+	const resource = "heard"
+	watch := func(round int, heard chan struct{}) func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			stop, err := n.Watch(cctx, resource, func() {
+				select {
+				case heard <- struct{}{}:
+				default:
+				}
+			})
+			cancel()
+			if err == nil {
+				return stop
+			}
+			if time.Now().After(deadline) { // only a restart may make it fail
+				t.Fatalf("round %d: Watch: %v", round, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	release := func(round int) {
+		t.Helper()
+		lease := lockcore.NewLeaseID()
+		if rep, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: resource, Lease: lease, TTL: 10 * time.Second}); err != nil || rep.Status != lockcore.StatusGranted {
+			t.Fatalf("round %d: acquire: %v %v", round, rep.Status, err)
+		}
+		if rep, err := n.Release(ctx, resource, lease); err != nil || rep.Status != lockcore.StatusOK {
+			t.Fatalf("round %d: release: %v %v", round, rep.Status, err)
+		}
+	}
+	expect := func(round int, heard chan struct{}) {
+		t.Helper()
+		for i := range 2 {
+			if i == 1 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			release(round)
+			select {
+			case <-heard:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: release %d after Watch returned was not heard", round, i+1)
+			}
+		}
+	}
+	for round := range 150 {
+		if round == 50 || round == 100 {
+			srv.Restart()
+		}
+		a := make(chan struct{}, 1)
+		stopA := watch(round, a)
+		if round%2 == 1 {
+			// A second watch joins, and the first leaves before the release.
+			b := make(chan struct{}, 1)
+			stopB := watch(round, b)
+			stopA()
+			expect(round, b)
+			stopB()
+		} else {
+			expect(round, a)
+			stopA()
+		}
+		// The last watch stopped: the next round's Watch is a first one
+		// again. A pause of 1 or 2 ms lets the UNSUBSCRIBE go out first.
+		time.Sleep(time.Duration(round%3) * time.Millisecond)
+	}
+}

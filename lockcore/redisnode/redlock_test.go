@@ -416,8 +416,12 @@ func TestWaitEndsOnTimeWithAnUnreachableNode(t *testing.T) {
 		start := time.Now()
 		_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "unreachable", TTL: 30 * time.Second, Wait: wait})
 		d := time.Since(start)
-		if !errors.Is(err, lockcore.ErrTaken) {
+		var taken *lockcore.TakenError
+		if !errors.As(err, &taken) {
 			t.Fatalf("round %d: err = %v, want ErrTaken after the wait", i, err)
+		}
+		if taken.RetryAfter < 20*time.Second {
+			t.Fatalf("round %d: retry after %v, want the 30 s holder's time left", i, taken.RetryAfter)
 		}
 		t.Logf("round %d: %v", i, d)
 		if d < wait || d > bound {

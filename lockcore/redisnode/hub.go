@@ -1,0 +1,290 @@
+package redisnode
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hub multiplexes all of a node's watches over one pub/sub connection: one
+// Redis subscription per resource channel, however many watches it has.
+//
+// Callers never wait for go-redis's pub/sub lock. go-redis's receive loop
+// holds that lock while it dials a lost connection again, bounded only by
+// go-redis's dial timeout (5 s), so a node whose host drops packets would
+// hold every SUBSCRIBE and UNSUBSCRIBE for seconds. Watch and stop only
+// record what they want (channel state) and mark the channel dirty; one
+// goroutine (send) brings the connection in line, channel by channel, with
+// what is wanted when it gets to it. A channel dirtied many times while send
+// is held up is sent for once, so the work waiting never exceeds one entry
+// per channel.
+//
+// Each SUBSCRIBE carries a marker channel of its own next to the resource
+// channel. Redis runs the command whole, so the marker's confirmation proves
+// the resource channel is subscribed from then on, whatever other
+// confirmations the connection sees (go-redis subscribes every channel it
+// knows again after a reconnect). The marker is unsubscribed right after.
+type hub struct {
+	ps *redis.PubSub
+
+	mu     sync.Mutex
+	chans  map[string]*hubChan // resource channel → state
+	subs   map[string]*hubSub  // marker channel → SUBSCRIBE awaiting it
+	dirty  []string            // channels for send to look at, each once
+	queued chan struct{}       // a token when dirty is not empty
+	done   chan struct{}       // closed by close
+	seq    uint64              // marker numbers
+}
+
+// hubChan is one resource channel: the watches that want it, whether the
+// connection was last told to subscribe to it, and the SUBSCRIBE whose
+// confirmation the watches wait for.
+type hubChan struct {
+	watches    map[*watch]struct{}
+	subscribed bool    // the last command sent for it was a SUBSCRIBE
+	sub        *hubSub // nil when no watch waits for one
+	isDirty    bool    // in hub.dirty
+}
+
+// hubSub is one SUBSCRIBE. done is closed once Redis has confirmed it (err
+// nil) or it failed (err set first); both happen under hub.mu.
+type hubSub struct {
+	marker string
+	sent   bool
+	done   chan struct{}
+	err    error
+}
+
+type watch struct{ notify func() }
+
+// failed reports whether s failed. hub.mu must be held.
+func (s *hubSub) failed() bool {
+	select {
+	case <-s.done:
+		return s.err != nil
+	default:
+		return false
+	}
+}
+
+// hubCmdTimeout bounds one SUBSCRIBE or UNSUBSCRIBE once go-redis lets send
+// write it. Getting go-redis's lock is not bounded by it (see hub).
+const hubCmdTimeout = 5 * time.Second
+
+var errNodeClosed = errors.New("redisnode: node closed")
+
+// getHub returns the node's hub, made on first use, or nil once the node is
+// closed.
+func (n *Node) getHub() *hub {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	if n.hub == nil {
+		h := &hub{
+			ps:     n.rdb.Subscribe(context.Background()),
+			chans:  map[string]*hubChan{},
+			subs:   map[string]*hubSub{},
+			queued: make(chan struct{}, 1),
+			done:   make(chan struct{}),
+		}
+		go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+		go h.send()
+		n.hub = h
+	}
+	return n.hub
+}
+
+// close ends send, fails the watches still waiting, and closes the pub/sub
+// connection in the background: go-redis may be holding it while it dials an
+// unreachable node, for up to its dial timeout.
+func (h *hub) close() {
+	close(h.done)
+	go func() { _ = h.ps.Close() }()
+}
+
+// run reads the pub/sub connection: marker confirmations end the SUBSCRIBEs
+// waiting for them, messages go to the channel's watches.
+func (h *hub) run(ch <-chan any) {
+	for msg := range ch {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			h.mu.Lock()
+			if s := h.subs[m.Channel]; s != nil {
+				delete(h.subs, m.Channel)
+				close(s.done)
+			}
+			h.mu.Unlock()
+		case *redis.Message:
+			h.mu.Lock()
+			if c := h.chans[m.Channel]; c != nil {
+				for w := range c.watches {
+					w.notify()
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// markDirty queues channel for send. h.mu must be held.
+func (h *hub) markDirty(channel string, c *hubChan) {
+	if c.isDirty {
+		return
+	}
+	c.isDirty = true
+	h.dirty = append(h.dirty, channel)
+	select {
+	case h.queued <- struct{}{}:
+	default:
+	}
+}
+
+// send brings the connection in line with what the watches want, one dirty
+// channel at a time, in the order they became dirty.
+func (h *hub) send() {
+	for {
+		select {
+		case <-h.done:
+			return
+		case <-h.queued:
+		}
+		for h.sendOne() {
+		}
+	}
+}
+
+// sendOne handles the first dirty channel; it returns false when there is
+// none or the hub is closed.
+func (h *hub) sendOne() bool {
+	select {
+	case <-h.done:
+		return false
+	default:
+	}
+	h.mu.Lock()
+	if len(h.dirty) == 0 {
+		h.mu.Unlock()
+		return false
+	}
+	channel := h.dirty[0]
+	h.dirty = h.dirty[1:]
+	c := h.chans[channel]
+	if c == nil { // not reached: a channel leaves chans only here
+		h.mu.Unlock()
+		return true
+	}
+	c.isDirty = false
+	want := len(c.watches) > 0
+	sub := c.sub
+	switch {
+	case want && sub != nil && !sub.sent:
+		sub.sent, c.subscribed = true, true
+	case !want && c.subscribed:
+		c.subscribed, sub = false, nil // UNSUBSCRIBE
+	default: // nothing to change
+		if !want {
+			delete(h.chans, channel)
+		}
+		h.mu.Unlock()
+		return true
+	}
+	if !want {
+		delete(h.chans, channel)
+	}
+	h.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), hubCmdTimeout)
+	defer cancel()
+	if sub == nil {
+		_ = h.ps.Unsubscribe(ctx, channel)
+		return true
+	}
+	err := h.ps.Subscribe(ctx, channel, sub.marker)
+	// The marker has done its work once confirmed (or never will be);
+	// the resource channel stays subscribed.
+	_ = h.ps.Unsubscribe(ctx, sub.marker)
+	if err != nil {
+		h.mu.Lock()
+		if h.subs[sub.marker] == sub {
+			delete(h.subs, sub.marker)
+			sub.err = err
+			close(sub.done)
+		}
+		h.mu.Unlock()
+	}
+	return true
+}
+
+// Watch implements lockcore.Watcher: it returns once Redis has confirmed the
+// subscription to the resource's release channel, or with an error when it
+// failed, the node was closed or ctx ended first. notify is called from the
+// node's pub/sub goroutine, once per message published on that channel.
+func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
+	h := n.getHub()
+	if h == nil {
+		return nil, errNodeClosed
+	}
+	channel := releasedKey(resource)
+	w := &watch{notify: notify}
+
+	h.mu.Lock()
+	c := h.chans[channel]
+	if c == nil {
+		c = &hubChan{watches: map[*watch]struct{}{}}
+		h.chans[channel] = c
+	}
+	c.watches[w] = struct{}{}
+	sub := c.sub
+	if sub == nil || sub.failed() {
+		// The first watch since the last UNSUBSCRIBE, or the others'
+		// SUBSCRIBE failed: ask for one.
+		h.seq++
+		sub = &hubSub{marker: "lockgate:hub:" + strconv.FormatUint(h.seq, 10) + ":" + channel, done: make(chan struct{})}
+		c.sub = sub
+		h.subs[sub.marker] = sub
+		h.markDirty(channel, c)
+	}
+	h.mu.Unlock()
+
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			delete(c.watches, w)
+			if len(c.watches) == 0 {
+				// Nobody waits for its confirmation any more, which may
+				// never come (a connection lost with its reply); the next
+				// first watch asks for a SUBSCRIBE of its own.
+				if c.sub != nil {
+					delete(h.subs, c.sub.marker)
+					c.sub = nil
+				}
+				h.markDirty(channel, c)
+			}
+		})
+	}
+	select {
+	case <-sub.done:
+		if sub.err == nil {
+			return stop, nil
+		}
+		stop()
+		return nil, sub.err
+	case <-h.done:
+		stop()
+		return nil, errNodeClosed
+	case <-ctx.Done():
+		stop()
+		return nil, errors.Join(ctx.Err(), errors.New("redisnode: subscription not confirmed"))
+	}
+}
