@@ -49,7 +49,9 @@ type Watcher interface {
 	// Watch calls notify once for every release of resource on this node (a
 	// Release that returned StatusOK, or a HandOff that released without
 	// passing the lock on), until stop is called. A refused
-	// release and an expiry are not announced. It returns only once the
+	// release and an expiry are not announced. notify may also be called
+	// when no release happened (e.g. after a lost connection, in case one
+	// was missed): a waiter then tries once more for nothing. It returns only once the
 	// subscription is in place, so a release that happens after Watch returns
 	// is never missed. notify must not block.
 	Watch(ctx context.Context, resource string, notify func()) (stop func(), err error)

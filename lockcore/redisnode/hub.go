@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,9 +70,15 @@ func (s *hubSub) failed() bool {
 	}
 }
 
-// hubCmdTimeout bounds one SUBSCRIBE or UNSUBSCRIBE once go-redis lets send
-// write it. Getting go-redis's lock is not bounded by it (see hub).
-const hubCmdTimeout = 5 * time.Second
+// confirmed reports whether Redis confirmed s. hub.mu must be held.
+func (s *hubSub) confirmed() bool {
+	select {
+	case <-s.done:
+		return s.err == nil
+	default:
+		return false
+	}
+}
 
 var errNodeClosed = errors.New("redisnode: node closed")
 
@@ -110,6 +115,12 @@ func (h *hub) close() {
 
 // run reads the pub/sub connection: marker confirmations end the SUBSCRIBEs
 // waiting for them, messages go to the channel's watches.
+//
+// A confirmation of a resource channel whose watches are already subscribed
+// comes from go-redis subscribing again after it lost the connection and
+// made a new one. A release published in between was never delivered, so
+// those watches are notified then, as if one had been: a waiter that wakes
+// for nothing only tries once more.
 func (h *hub) run(ch <-chan any) {
 	for msg := range ch {
 		switch m := msg.(type) {
@@ -121,6 +132,10 @@ func (h *hub) run(ch <-chan any) {
 			if s := h.subs[m.Channel]; s != nil {
 				delete(h.subs, m.Channel)
 				close(s.done)
+			} else if c := h.chans[m.Channel]; c != nil && c.sub != nil && c.sub.confirmed() {
+				for w := range c.watches {
+					w.notify()
+				}
 			}
 			h.mu.Unlock()
 		case *redis.Message:
@@ -202,8 +217,11 @@ func (h *hub) sendOne() bool {
 	}
 	h.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), hubCmdTimeout)
-	defer cancel()
+	// No deadline of send's own: go-redis bounds the write with its write
+	// timeout and a dial with its dial timeout, from when it gets to them.
+	// A deadline set here could run out while go-redis redials (see hub),
+	// and a write that fails on it makes go-redis drop a good connection.
+	ctx := context.Background()
 	if sub == nil {
 		_ = h.ps.Unsubscribe(ctx, channel)
 		return true

@@ -13,10 +13,11 @@
 // and publishes nothing, since the lock was never free; when it may not pass
 // the lock on it releases and publishes as the release script does.
 //
-// Watches share one pub/sub connection per node. A release published while
-// that connection is down is not heard; waiters then learn it from the lock's
-// TTL or from other nodes. Watch never waits longer than its context, even
-// while go-redis redials an unreachable node (see hub).
+// Watches share one pub/sub connection per node (see hub.go). A release
+// published while that connection is down is never delivered, so once
+// go-redis has made a new one and subscribed again, every standing watch is
+// notified as if a release had been heard. Watch never waits longer than its
+// context, even while go-redis redials an unreachable node.
 //
 // The fencing counter lockgate:{resource}:fence never expires. Run every node
 // with maxmemory-policy noeviction and AOF persistence (appendfsync always),

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/nodetest"
@@ -136,5 +138,44 @@ func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
 		// The last watch stopped: the next round's Watch is a first one
 		// again. A pause of 1 or 2 ms lets the UNSUBSCRIBE go out first.
 		time.Sleep(time.Duration(round%3) * time.Millisecond)
+	}
+}
+
+// A watch that stands while its node's pub/sub connection is lost must not
+// miss a release published before go-redis has made a new connection and
+// subscribed again: it is notified once the subscription is back. The
+// connection is killed and the release published in one MULTI, so the
+// release can only be missed.
+func TestAWatchHearsOfAReleaseMissedWhileItsConnectionWasDown(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := newNode(t, srv)
+	ctx := context.Background()
+	heard := make(chan struct{}, 16)
+	stop, err := n.Watch(ctx, "blip", func() {
+		select {
+		case heard <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer admin.Close()
+	for round := range 3 {
+		_, err := admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+			p.Publish(ctx, "lockgate:{blip}:released", "1")
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: MULTI: %v", round, err)
+		}
+		select {
+		case <-heard:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the watch never heard of the release made while its connection was down", round)
+		}
 	}
 }
