@@ -139,6 +139,20 @@ func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
 		// again. A pause of 1 or 2 ms lets the UNSUBSCRIBE go out first.
 		time.Sleep(time.Duration(round%3) * time.Millisecond)
 	}
+	// Nothing stays subscribed: neither the channel nor a marker.
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer admin.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		chans, err := admin.PubSubChannels(ctx, "*").Result()
+		if err == nil && len(chans) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still subscribed after every watch stopped: %v (%v)", chans, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A watch that stands while its node's pub/sub connection is lost must not
