@@ -392,10 +392,14 @@ func (wr *waitRoom) announce(resource string, mask uint64) {
 // startAttempt prepares the head's own attempt: the subscriptions it lacks
 // are retried first, and what was announced so far is forgotten (the attempt
 // sees it). It returns false when a hand-off to the head is under way or
-// done (the head waits for it instead), or while the queue yields to another
-// replica (the head tries when that ends).
-func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, now time.Time) bool {
+// done (the head waits for it instead), while the queue yields to another
+// replica (the head tries when that ends), or when retrying the
+// subscriptions took the rest of the wait (deadline).
+func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, now, deadline time.Time) bool {
 	wr.resubscribe(ctx, q)
+	if !wr.r.opt.Clock.Now().Before(deadline) {
+		return false // resubscribing took the rest of the wait
+	}
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	if me.claimed || me.handed != nil {
@@ -496,7 +500,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 			// past it (the answer below is 409).
 			attempt = false
 		}
-		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now()) {
+		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now(), deadline) {
 			lease, err := wr.r.tryAcquire(ctx, req)
 			wr.mu.Lock()
 			me.attempting, me.served = false, err == nil

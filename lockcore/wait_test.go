@@ -747,3 +747,74 @@ func TestAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T) {
 		t.Fatalf("retry after %v, want about the %v the holder had left when the waiter tried", taken.RetryAfter, holdTTL)
 	}
 }
+
+// watchFlaky is a node whose Watch fails while refuse is set, and otherwise
+// first waits for gate to be closed (if set) or its context to end.
+type watchFlaky struct {
+	*nodetest.Faulty
+	refuse atomic.Bool
+	mu     sync.Mutex
+	gate   chan struct{}
+}
+
+func (w *watchFlaky) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
+	if w.refuse.Load() {
+		return nil, errors.New("watch refused")
+	}
+	w.mu.Lock()
+	gate := w.gate
+	w.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return w.Faulty.Watch(ctx, resource, notify)
+}
+
+func TestAWaitThatRanOutWhileResubscribingDoesNotTry(t *testing.T) {
+	// The queue's first Watch fails, so its head retries it about a second
+	// later, before trying the lock. That retry takes past the end of the
+	// wait, and the holder releases meanwhile: the waiter must answer that
+	// its wait ran out, not take the lock after it.
+	c := newCluster(t, 1, nil, nil)
+	node := &watchFlaky{Faulty: c.nodes[0]}
+	node.refuse.Store(true)
+	rl, err := lockcore.New([]lockcore.Node{node}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-resubscribe", TTL: holdTTL})
+	const wait = 1600 * time.Millisecond // the retry comes after about 1 s
+	out := make(chan acquired, 1)
+	start := time.Now()
+	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-resubscribe", TTL: holdTTL, Wait: wait}, out)
+	waitParked(t, 1)
+	gate := make(chan struct{})
+	node.mu.Lock()
+	node.gate = gate
+	node.mu.Unlock()
+	node.refuse.Store(false)
+	for goroutines.Count(" [select", "lockcore_test.(*watchFlaky).Watch(") == 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the head never retried its Watch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d := time.Since(start); d > wait {
+		t.Fatalf("the head retried its Watch only after %v, past its %v wait: the case could not be set up", d, wait)
+	}
+	time.Sleep(time.Until(start.Add(wait + 100*time.Millisecond)))
+	mustRelease(t, c.rl, holder)
+	close(gate)
+	r := next(t, out, 10*time.Second)
+	var taken *lockcore.TakenError
+	if !errors.As(r.err, &taken) {
+		if r.lease != nil {
+			mustRelease(t, rl, r.lease)
+		}
+		t.Fatalf("err = %v, got a lease: %v; want ErrTaken, the wait ran out before the lock was free", r.err, r.lease != nil)
+	}
+}
