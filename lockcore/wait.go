@@ -393,12 +393,17 @@ func (wr *waitRoom) announce(resource string, mask uint64) {
 // are retried first, and what was announced so far is forgotten (the attempt
 // sees it). It returns false when a hand-off to the head is under way or
 // done (the head waits for it instead), while the queue yields to another
-// replica (the head tries when that ends), or when retrying the
-// subscriptions took the rest of the wait (deadline).
+// replica (the head tries when that ends), or once the wait is over
+// (deadline), which joining the queue or retrying the subscriptions can
+// take: no attempt starts past it.
 func (wr *waitRoom) startAttempt(ctx context.Context, q *waitQueue, me *waiter, now, deadline time.Time) bool {
+	over := func() bool { return !wr.r.opt.Clock.Now().Before(deadline) }
+	if over() {
+		return false
+	}
 	wr.resubscribe(ctx, q)
-	if !wr.r.opt.Clock.Now().Before(deadline) {
-		return false // resubscribing took the rest of the wait
+	if over() {
+		return false
 	}
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
@@ -495,11 +500,6 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	defer timer.Stop()
 	splits := 0 // failed attempts in a row that some nodes granted
 	for attempt := true; ; {
-		if attempt && !clock.Now().Before(deadline) {
-			// The wait is over, though joining took that long: no attempt
-			// past it (the answer below is 409).
-			attempt = false
-		}
 		if attempt && wr.isHead(q, el) && wr.startAttempt(ctx, q, me, clock.Now(), deadline) {
 			lease, err := wr.r.tryAcquire(ctx, req)
 			wr.mu.Lock()

@@ -27,6 +27,9 @@ import (
 // the resource channel is subscribed from then on, whatever other
 // confirmations the connection sees (go-redis subscribes every channel it
 // knows again after a reconnect). The marker is unsubscribed right after.
+// A SUBSCRIBE whose reply is lost with its connection is never confirmed:
+// the watches waiting for it give up on their contexts, and once the last
+// has left, the next watch sends a new one.
 type hub struct {
 	ps *redis.PubSub
 
@@ -45,7 +48,7 @@ type hub struct {
 type hubChan struct {
 	watches    map[*watch]struct{}
 	subscribed bool    // the last command sent for it was a SUBSCRIBE
-	sub        *hubSub // nil when no watch waits for one
+	sub        *hubSub // what the current watches rely on; nil once the last left
 	isDirty    bool    // in hub.dirty
 }
 
