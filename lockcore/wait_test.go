@@ -652,20 +652,6 @@ func TestAHolderWhoseRetryIsAbandonedKeepsItsLock(t *testing.T) {
 	}
 }
 
-// watchRefused is a node whose Watch fails while refuse is set; everything
-// else works.
-type watchRefused struct {
-	*nodetest.Faulty
-	refuse atomic.Bool
-}
-
-func (w *watchRefused) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	if w.refuse.Load() {
-		return nil, errors.New("watch refused")
-	}
-	return w.Faulty.Watch(ctx, resource, notify)
-}
-
 func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
 	// The queue's first Watch fails on two of three nodes, so a release
 	// made through another replica is announced to it by one node only,
@@ -673,7 +659,7 @@ func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
 	// the lock) about once a second, so it gets the lock long before the
 	// holder's TTL.
 	c := newCluster(t, 3, nil, nil)
-	deaf := []*watchRefused{{Faulty: c.nodes[0]}, {Faulty: c.nodes[1]}}
+	deaf := []*watchFlaky{{Faulty: c.nodes[0]}, {Faulty: c.nodes[1]}}
 	deaf[0].refuse.Store(true)
 	deaf[1].refuse.Store(true)
 	rl, err := lockcore.New([]lockcore.Node{deaf[0], deaf[1], c.nodes[2]}, nil)
@@ -692,60 +678,6 @@ func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
 		t.Fatalf("waiter: %v", r.err)
 	}
 	mustRelease(t, rl, r.lease)
-}
-
-// watchGated is a node whose Watch waits until open is closed (or its
-// context ends) before it watches.
-type watchGated struct {
-	*nodetest.Faulty
-	open chan struct{}
-}
-
-func (w *watchGated) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	select {
-	case <-w.open:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return w.Faulty.Watch(ctx, resource, notify)
-}
-
-func TestAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T) {
-	// Joining the queue (its first Watch) takes longer than the whole wait,
-	// and the holder releases meanwhile. The waiter must answer that its
-	// wait ran out, with the holder's time left as it last learnt it, not
-	// take the lock after its wait.
-	c := newCluster(t, 1, nil, nil)
-	gated := &watchGated{Faulty: c.nodes[0], open: make(chan struct{})}
-	rl, err := lockcore.New([]lockcore.Node{gated}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL})
-	const wait = 50 * time.Millisecond
-	out := make(chan acquired, 1)
-	start := time.Now()
-	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL, Wait: wait}, out)
-	for goroutines.Count(" [select", "lockcore_test.(*watchGated).Watch(") == 0 {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("the waiter never reached Watch")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(time.Until(start.Add(2 * wait)))
-	mustRelease(t, c.rl, holder)
-	close(gated.open)
-	r := next(t, out, 10*time.Second)
-	var taken *lockcore.TakenError
-	if !errors.As(r.err, &taken) {
-		if r.lease != nil {
-			mustRelease(t, rl, r.lease)
-		}
-		t.Fatalf("err = %v, got a lease: %v; want ErrTaken, the wait ran out before the lock was free", r.err, r.lease != nil)
-	}
-	if taken.RetryAfter < holdTTL/2 {
-		t.Fatalf("retry after %v, want about the %v the holder had left when the waiter tried", taken.RetryAfter, holdTTL)
-	}
 }
 
 // watchFlaky is a node whose Watch fails while refuse is set, and otherwise
@@ -774,6 +706,59 @@ func (w *watchFlaky) Watch(ctx context.Context, resource string, notify func()) 
 	return w.Faulty.Watch(ctx, resource, notify)
 }
 
+// waitInWatch waits until a goroutine is inside watchFlaky.Watch (waiting
+// for its gate), failing t after 10 s from start.
+func waitInWatch(t *testing.T, start time.Time) {
+	t.Helper()
+	for goroutines.Count(" [select", "lockcore_test.(*watchFlaky).Watch(") == 0 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("no goroutine reached Watch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// wantRanOut checks that a waiter's wait ran out (ErrTaken) instead of
+// getting the lock, which it then releases, and returns the error.
+func wantRanOut(t *testing.T, rl *lockcore.Redlock, r acquired) *lockcore.TakenError {
+	t.Helper()
+	var taken *lockcore.TakenError
+	if !errors.As(r.err, &taken) {
+		if r.lease != nil {
+			mustRelease(t, rl, r.lease)
+		}
+		t.Fatalf("err = %v, got a lease: %v; want ErrTaken, the wait ran out before the lock was free", r.err, r.lease != nil)
+	}
+	return taken
+}
+
+func TestAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T) {
+	// Joining the queue (its first Watch) takes longer than the whole wait,
+	// and the holder releases meanwhile. The waiter must answer that its
+	// wait ran out, with the holder's time left as it last learnt it, not
+	// take the lock after its wait.
+	c := newCluster(t, 1, nil, nil)
+	gate := make(chan struct{})
+	node := &watchFlaky{Faulty: c.nodes[0], gate: gate}
+	rl, err := lockcore.New([]lockcore.Node{node}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL})
+	const wait = 50 * time.Millisecond
+	out := make(chan acquired, 1)
+	start := time.Now()
+	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL, Wait: wait}, out)
+	waitInWatch(t, start)
+	time.Sleep(time.Until(start.Add(2 * wait)))
+	mustRelease(t, c.rl, holder)
+	close(gate)
+	taken := wantRanOut(t, rl, next(t, out, 10*time.Second))
+	if taken.RetryAfter < holdTTL/2 {
+		t.Fatalf("retry after %v, want about the %v the holder had left when the waiter tried", taken.RetryAfter, holdTTL)
+	}
+}
+
 func TestAWaitThatRanOutWhileResubscribingDoesNotTry(t *testing.T) {
 	// The queue's first Watch fails, so its head retries it about a second
 	// later, before trying the lock. That retry takes past the end of the
@@ -797,24 +782,12 @@ func TestAWaitThatRanOutWhileResubscribingDoesNotTry(t *testing.T) {
 	node.gate = gate
 	node.mu.Unlock()
 	node.refuse.Store(false)
-	for goroutines.Count(" [select", "lockcore_test.(*watchFlaky).Watch(") == 0 {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("the head never retried its Watch")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitInWatch(t, start)
 	if d := time.Since(start); d > wait {
 		t.Fatalf("the head retried its Watch only after %v, past its %v wait: the case could not be set up", d, wait)
 	}
 	time.Sleep(time.Until(start.Add(wait + 100*time.Millisecond)))
 	mustRelease(t, c.rl, holder)
 	close(gate)
-	r := next(t, out, 10*time.Second)
-	var taken *lockcore.TakenError
-	if !errors.As(r.err, &taken) {
-		if r.lease != nil {
-			mustRelease(t, rl, r.lease)
-		}
-		t.Fatalf("err = %v, got a lease: %v; want ErrTaken, the wait ran out before the lock was free", r.err, r.lease != nil)
-	}
+	wantRanOut(t, rl, next(t, out, 10*time.Second))
 }
