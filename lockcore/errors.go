@@ -70,7 +70,7 @@ func (e *HeldByOtherError) Is(target error) bool { return target == ErrHeldByOth
 // QuorumError reports that an operation could not reach a majority of nodes.
 // Causes holds one error per node that failed, each a *NodeError.
 type QuorumError struct {
-	Op       string // "acquire", "extend", "release", "inspect", "ping"
+	Op       string // "acquire", "fence", "extend", "release", "inspect", "check"
 	Needed   int    // the quorum, N/2+1
 	Answered int    // nodes that gave a definite answer
 	Causes   []error

@@ -2,16 +2,29 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrQuarantined is what a node's operations fail with while the node is
+// out of service: it has lost data it acknowledged (or never had any) and
+// has not been repaired yet (see NodeHealth and the package doc). Such a
+// failure changed nothing on the node.
+var ErrQuarantined = errors.New("lockcore: node is quarantined until repaired (it lost data or was never initialized)")
 
 // Node is one independent lock store: a Redis master, or the in-memory node.
 // Every method acts atomically on the node and is bounded by ctx. A Node must
 // be safe for concurrent use.
 //
-// Keys a node keeps per resource: the lock (lease id, the node's token for
-// that lease, owner label, TTL; it expires with the TTL) and the fencing
-// counter (never expires, never decreases).
+// A node keeps a lock per held resource (lease id, the node's token for that
+// lease, owner label, TTL; it expires with the TTL) and a fencing counter per
+// slot (FenceSlots of them, see FenceSlot: they never expire and never
+// decrease while the node keeps its data). The lock and its slot's counter
+// change in one atomic step.
+//
+// Every operation but Check, Counters and Ping fails with ErrQuarantined,
+// changing nothing, while the node is quarantined, before it was first
+// initialized (Repair), and after it lost its data, until Repair.
 type Node interface {
 	// Acquire takes the lock for req.Lease if it is free, incrementing the
 	// node's fencing counter in the same step (StatusGranted, Token = the new
@@ -39,6 +52,20 @@ type Node interface {
 	Inspect(ctx context.Context, resource string) (NodeLock, error)
 	// Ping checks that the node answers.
 	Ping(ctx context.Context) error
+	// Check probes the node: whether it answers, accepts writes, kept its
+	// data, and whether it is in quarantine (see NodeHealth). It may write
+	// (a heartbeat), so that a node that refuses writes shows.
+	Check(ctx context.Context) (NodeHealth, error)
+	// Quarantine takes the node out of service until Repair (idempotent: a
+	// second call does not restart the quarantine's clock).
+	Quarantine(ctx context.Context) error
+	// Counters returns the node's fencing counters, FenceSlots of them, 0
+	// where a slot has none.
+	Counters(ctx context.Context) ([]int64, error)
+	// Repair raises every slot's counter to at least floor[slot] (floor has
+	// FenceSlots entries) and puts the node in service: initialized, not
+	// quarantined, its data trusted as of now.
+	Repair(ctx context.Context, floor []int64) error
 	// String names the node in errors and logs (never a password).
 	String() string
 }
@@ -78,6 +105,26 @@ type HandOffer interface {
 	// itself is not announced: the lock was never free. released.Wanted is
 	// set as Release sets it.
 	HandOff(ctx context.Context, lease string, next NodeAcquire) (released, granted NodeReply, err error)
+}
+
+// NodeHealth is what Check found.
+type NodeHealth struct {
+	// Initialized is false when the node has no lockgate data at all: it
+	// is new, or restarted empty.
+	Initialized bool
+	// Lost is true when the node has lost data it acknowledged: it was
+	// seen initialized and now is not, it went back to an older copy of
+	// its data, or it restarted without syncing every write to disk
+	// first. A lost node must be quarantined.
+	Lost bool
+	// Quarantined is true while the node is out of service;
+	// QuarantinedFor is for how long so far, on the node's own clock.
+	Quarantined    bool
+	QuarantinedFor time.Duration
+	// Refusing is non-empty when the node answers but refuses writes, and
+	// says why: "out of memory", "persistence failing" (MISCONF),
+	// "read-only replica".
+	Refusing string
 }
 
 // NodeAcquire is one node's share of an acquisition.

@@ -14,14 +14,16 @@ import (
 type Observer interface {
 	// NodeCall reports one call to one node: node is the node's String(),
 	// op is "acquire", "extend", "release", "handoff", "fence", "inspect"
-	// or "ping",
+	// or "check" (the guard's and readiness's health check, see
+	// Node.Check),
 	// d is how long the call took, and err is nil when the node answered
 	// (whatever its answer) or what went wrong: a timeout matches
 	// context.DeadlineExceeded.
 	NodeCall(node, op string, d time.Duration, err error)
 	// QuorumFailed reports an operation that ended with a *QuorumError: op
 	// is the error's Op ("acquire", "fence", "extend", "release", "inspect"
-	// or "ping").
+	// or "check"), or "repair" when a node that lost data was repaired
+	// without a quorum of other nodes in service (see the package doc).
 	QuorumFailed(op string)
 	// Fenced reports a fencing write-back: an acquisition whose token fewer
 	// than a quorum of nodes already had, so the gateway raised the others'
@@ -76,6 +78,13 @@ type observedNode struct {
 
 func (n observedNode) done(op string, start time.Time, err error) {
 	n.o.NodeCall(n.name, op, time.Since(start), err)
+}
+
+func (n observedNode) Check(ctx context.Context) (NodeHealth, error) {
+	start := time.Now()
+	h, err := n.Node.Check(ctx)
+	n.done("check", start, err)
+	return h, err
 }
 
 func (n observedNode) Acquire(ctx context.Context, req NodeAcquire) (NodeReply, error) {

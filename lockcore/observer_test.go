@@ -71,11 +71,18 @@ func observed(t *testing.T) (*lockcore.Redlock, []*nodetest.Faulty, *spyObserver
 		nodes, sw = append(nodes, n), append(sw, n)
 	}
 	spy := &spyObserver{}
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond, Observer: spy})
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond, Observer: spy, CheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rl.Close)
+	// The first operation makes the guard's first check of every node.
+	if _, err := rl.Inspect(context.Background(), "warm-up"); !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Fatalf("warm-up: %v", err)
+	}
+	if calls, _, _ := spy.take(); len(calls) != 6 {
+		t.Fatalf("warm-up calls %v: want a check and an inspect on each node", calls)
+	}
 	return rl, sw, spy
 }
 
@@ -102,7 +109,7 @@ func TestObserverSeesEveryNodeCall(t *testing.T) {
 			return err
 		}},
 		{"inspect", func() error { _, err := rl.Inspect(ctx, "r"); return err }},
-		{"ping", func() error { return rl.Ready(ctx) }},
+		{"check", func() error { return rl.Ready(ctx) }},
 		{"release", func() error { return rl.Release(ctx, lockcore.ReleaseRequest{Resource: "r", LeaseID: obsLease}) }},
 	}
 	for _, s := range steps {
@@ -140,7 +147,7 @@ func TestObserverSeesQuorumFailuresAndNodeErrors(t *testing.T) {
 			return err
 		}},
 		{"inspect", func() error { _, err := rl.Inspect(ctx, "q"); return err }},
-		{"ping", func() error { return rl.Ready(ctx) }},
+		{"check", func() error { return rl.Ready(ctx) }},
 		{"release", func() error { return rl.Release(ctx, lockcore.ReleaseRequest{Resource: "q", LeaseID: obsLease}) }},
 	}
 	for _, s := range steps {

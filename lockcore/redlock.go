@@ -41,8 +41,18 @@ type Options struct {
 	// Clock is the time source. Default: the real clock.
 	Clock Clock
 	// Observer is told of node calls, quorum failures and fencing
-	// write-backs, for metrics. Default: nobody.
+	// write-backs, for metrics, and of node state changes if it is a
+	// HealthObserver. Default: nobody.
 	Observer Observer
+	// CheckInterval is how often every node is checked for lost data,
+	// refused writes and the end of its quarantine (see the package doc).
+	// Default 1s.
+	CheckInterval time.Duration
+	// UnsafeNoLossProtection turns off the detection, quarantine and repair
+	// of nodes that lost data, and the catch-up of lagging counters: the
+	// behaviour before they existed, for tests that show what they prevent.
+	// Never in production.
+	UnsafeNoLossProtection bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -74,6 +84,9 @@ func (o *Options) withDefaults() Options {
 	if v.Observer == nil {
 		v.Observer = nopObserver{}
 	}
+	if v.CheckInterval <= 0 {
+		v.CheckInterval = time.Second
+	}
 	return v
 }
 
@@ -90,6 +103,7 @@ type Redlock struct {
 	id string
 	// handOff is true when every node is a HandOffer.
 	handOff bool
+	guard   *guard
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -115,6 +129,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 		}
 	}
 	r.waits = newWaitRoom(r)
+	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
 	return r, nil
 }
@@ -296,7 +311,17 @@ type nodeResult struct {
 
 // fanout calls fn on every node in parallel, each bounded by NodeTimeout,
 // and returns the results indexed by node.
+//
+// Before the first call it waits for the guard's first pass over the nodes
+// (see guard.ready); a node found quarantined makes the guard look again.
 func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
+	if err := r.guard.ready(ctx); err != nil {
+		out := make([]nodeResult, len(r.nodes))
+		for i, n := range r.nodes {
+			out[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
+		}
+		return out
+	}
 	ch := make(chan nodeResult, len(r.nodes))
 	for i, n := range r.calls {
 		go func() {
@@ -304,6 +329,9 @@ func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int
 			defer cancel()
 			rep, err := fn(cctx, i, n)
 			if err != nil {
+				if isQuarantined(err) {
+					r.guard.poke()
+				}
 				err = &NodeError{Node: n.String(), Err: err}
 			}
 			ch <- nodeResult{i: i, reply: rep, err: err}
@@ -366,6 +394,7 @@ func (t tally) answered() int { return t.ok + t.taken + t.absent }
 
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
 func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(req)
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
@@ -382,6 +411,15 @@ func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
 // when a quorum granted it within its validity, its token fenced on a
 // quorum; otherwise an error, after undoing what was granted.
 func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Time, results []nodeResult) (*Lease, error) {
+	if req.minted {
+		// A lease id minted for this request held nothing before it: a
+		// node that says it re-entered ran this attempt's grant twice.
+		for i := range results {
+			if results[i].err == nil && results[i].reply.Status == StatusReentered {
+				results[i].reply.Status = StatusGranted
+			}
+		}
+	}
 	t := count(results, StatusGranted, StatusReentered)
 	reentered := slices.ContainsFunc(results, func(res nodeResult) bool {
 		return res.err == nil && res.reply.Status == StatusReentered
@@ -424,7 +462,8 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 
 // fence makes sure a majority of nodes hold a fencing counter ≥ token (see
 // the package doc for why). Nodes that returned token already do; the others
-// are raised only when those are fewer than a quorum.
+// are raised before answering when those are fewer than a quorum, and
+// otherwise in the background (catchUp), so that no node stays behind.
 func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64, results []nodeResult) error {
 	have := 0
 	for _, res := range results {
@@ -433,6 +472,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 		}
 	}
 	if have >= r.quorum {
+		r.catchUp(resource, lease, token, results)
 		return nil
 	}
 	r.opt.Observer.Fenced()
@@ -452,6 +492,29 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 		return &QuorumError{Op: "fence", Needed: r.quorum, Answered: ok, Causes: causes}
 	}
 	return nil
+}
+
+// catchUp raises, in the background, the counters of the nodes that did not
+// answer token: those that answered lower (they missed grants while down or
+// slow) and those that did not answer (other than quarantined ones). Left
+// behind, such a node would weaken the fencing argument once another node
+// loses its data (see the package doc).
+func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeResult) {
+	if r.opt.UnsafeNoLossProtection {
+		return
+	}
+	for i, res := range results {
+		behind := res.err == nil && res.reply.Token < token
+		unheard := res.err != nil && !isQuarantined(res.err)
+		if !behind && !unheard {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), r.opt.NodeTimeout)
+			defer cancel()
+			_ = r.calls[i].RaiseFence(ctx, resource, lease, token)
+		}()
+	}
 }
 
 // undoAcquire releases what a failed attempt may have taken, so that it does
@@ -519,6 +582,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
 		return nil, err
 	}
+	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL)
@@ -612,6 +676,7 @@ func wanted(results []nodeResult) bool {
 // The hand-off runs to its end even if ctx ends: next's answer depends on it.
 func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
 	hctx := context.WithoutCancel(ctx)
+	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(next.req)
 	grants := make([]nodeResult, len(r.nodes))
@@ -694,6 +759,7 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	if err := r.checkResource(resource); err != nil {
 		return nil, err
 	}
+	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
 	locks := make([]NodeLock, len(r.nodes))
 	results := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
@@ -739,22 +805,48 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	return nil, ErrNotHeld
 }
 
-// Ready returns nil when a quorum of nodes answers PING, or a *QuorumError.
+// Ready returns nil when a quorum of nodes is in service: each answers its
+// check, accepts writes, has its data whole and is not quarantined (see
+// Node.Check). Otherwise it returns a *QuorumError whose causes say what is
+// wrong with each other node (a *NodeError wrapping ErrQuarantined, a
+// refusal of writes, or the check's error).
 func (r *Redlock) Ready(ctx context.Context) error {
-	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return NodeReply{}, n.Ping(ctx) })
+	res := r.guard.check(ctx)
+	r.guard.report(res)
 	var causes []error
-	for _, res := range results {
-		if res.err != nil {
-			causes = append(causes, res.err)
+	for i, c := range res {
+		err := c.err
+		if err == nil {
+			err = healthError(c.h)
+		}
+		if err != nil {
+			if c.err == nil && (c.h.Lost || !c.h.Initialized) {
+				r.guard.poke()
+			}
+			causes = append(causes, &NodeError{Node: r.nodes[i].String(), Err: err})
 		}
 	}
 	if ok := len(r.nodes) - len(causes); ok < r.quorum {
-		r.opt.Observer.QuorumFailed("ping")
-		return &QuorumError{Op: "ping", Needed: r.quorum, Answered: ok, Causes: causes}
+		r.opt.Observer.QuorumFailed("check")
+		return &QuorumError{Op: "check", Needed: r.quorum, Answered: ok, Causes: causes}
 	}
 	return nil
 }
 
-// Close ends every wait in progress with ErrClosed. Later Acquire calls with
-// a wait fail with ErrClosed; other calls still work.
-func (r *Redlock) Close() { r.waits.close() }
+// quarantine is how long a node that lost data stays out of service before
+// it is repaired: longer than any lock it held can have lived on (the
+// largest TTL, its drift allowance and a node call).
+func (r *Redlock) quarantine() time.Duration {
+	return r.opt.MaxTTL + r.drift(r.opt.MaxTTL) + r.opt.NodeTimeout
+}
+
+// checkTimeout bounds one node's Check.
+func (r *Redlock) checkTimeout() time.Duration { return max(4*r.opt.NodeTimeout, 250*time.Millisecond) }
+
+// Close ends every wait in progress with ErrClosed and stops checking the
+// nodes. Later Acquire calls with a wait fail with ErrClosed; other calls
+// still work, but a node that loses data after Close is no longer found.
+func (r *Redlock) Close() {
+	r.waits.close()
+	r.guard.close()
+}

@@ -45,7 +45,7 @@ var _ lockcore.Observer = (*Metrics)(nil)
 // the start, so rate() and alerts work before the first occurrence.
 var (
 	lockOps    = []string{"acquire", "extend", "release", "inspect"}
-	quorumOps  = []string{"acquire", "fence", "extend", "release", "inspect", "ping"}
+	quorumOps  = []string{"acquire", "fence", "extend", "release", "inspect", "check", "repair"}
 	preOutcome = map[string][]string{
 		"acquire": {"acquired", "reentered", "taken", "timed_out", "no_quorum", "bad_request", "too_many_waiters"},
 		"extend":  {"extended", "not_held", "held_by_other", "token_mismatch", "no_quorum", "bad_request"},
@@ -129,7 +129,7 @@ func (m *Metrics) Nodes(names []string, quorum int) {
 	q.Set(float64(quorum))
 	m.reg.MustRegister(nodes, q)
 	for _, n := range names {
-		for _, op := range []string{"acquire", "release", "ping"} {
+		for _, op := range []string{"acquire", "release", "check"} {
 			for _, kind := range []string{"timeout", "error"} {
 				m.nodeErrors.WithLabelValues(n, op, kind)
 			}

@@ -5,11 +5,17 @@
 // Everything lives in one process and is lost when it exits, fencing counters
 // included: a gateway restarted on a memnode starts its tokens again at 1.
 // Use Redis nodes when tokens must survive restarts.
+//
+// Like any node it keeps one fencing counter per slot (lockcore.FenceSlots),
+// so its memory is bounded by the locks it holds. New returns a node in
+// service; LoseData simulates a node that restarted empty, for tests of the
+// quarantine.
 package memnode
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +30,11 @@ type Node struct {
 
 	mu       sync.Mutex
 	locks    map[string]*entry
-	counters map[string]int64
+	counters []int64 // one per slot
 	watchers map[string]map[*watch]struct{}
+	// Data-loss state (see lockcore.NodeHealth).
+	initialized, lost, quarantined bool
+	qsince                         time.Time
 }
 
 type entry struct {
@@ -50,9 +59,10 @@ type Options struct {
 
 var seq atomic.Int64
 
-// New returns an empty node.
+// New returns an empty node, in service.
 func New(opts *Options) *Node {
-	n := &Node{locks: map[string]*entry{}, counters: map[string]int64{}, watchers: map[string]map[*watch]struct{}{}}
+	n := &Node{locks: map[string]*entry{}, counters: make([]int64, lockcore.FenceSlots),
+		watchers: map[string]map[*watch]struct{}{}, initialized: true}
 	if opts != nil {
 		n.name, n.now = opts.Name, opts.Now
 	}
@@ -96,6 +106,9 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
 	switch e := n.live(req.Resource); {
 	case e == nil:
 		return n.grant(req), nil
@@ -113,8 +126,9 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 // grant gives the free lock on req.Resource to req.Lease with a new token.
 // n.mu must be held.
 func (n *Node) grant(req lockcore.NodeAcquire) lockcore.NodeReply {
-	n.counters[req.Resource]++
-	tok := n.counters[req.Resource]
+	slot := lockcore.FenceSlot(req.Resource)
+	n.counters[slot]++
+	tok := n.counters[slot]
 	n.locks[req.Resource] = &entry{lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL,
 		expires: n.now().Add(req.TTL), by: req.Replica}
 	return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}
@@ -127,6 +141,9 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
 	switch e := n.live(resource); {
 	case e == nil:
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
@@ -149,6 +166,9 @@ func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.No
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return lockcore.NodeReply{}, err
+	}
 	switch e := n.live(resource); {
 	case e == nil:
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
@@ -178,6 +198,9 @@ func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcqu
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
+	}
 	e := n.live(next.Resource)
 	switch {
 	case e == nil:
@@ -201,8 +224,11 @@ func (n *Node) RaiseFence(ctx context.Context, resource, lease string, token int
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.counters[resource] < token {
-		n.counters[resource] = token
+	if err := n.out(); err != nil {
+		return err
+	}
+	if slot := lockcore.FenceSlot(resource); n.counters[slot] < token {
+		n.counters[slot] = token
 	}
 	if e := n.live(resource); e != nil && e.lease == lease && e.token < token {
 		e.token = token
@@ -217,6 +243,9 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return lockcore.NodeLock{}, err
+	}
 	e := n.live(resource)
 	if e == nil {
 		return lockcore.NodeLock{}, nil
@@ -248,4 +277,80 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(
 			delete(n.watchers, resource)
 		}
 	}, nil
+}
+
+// out returns lockcore.ErrQuarantined while the node is out of service.
+// n.mu must be held.
+func (n *Node) out() error {
+	if !n.initialized || n.quarantined {
+		return lockcore.ErrQuarantined
+	}
+	return nil
+}
+
+// LoseData makes the node forget everything, as a node restarted with an
+// empty data set would: locks, counters and its initialization. Its next
+// Check reports it Lost. Watches stay (they belong to the gateway's
+// connection, not to the data). For tests.
+func (n *Node) LoseData() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.locks)
+	clear(n.counters)
+	n.initialized, n.quarantined, n.lost = false, false, true
+}
+
+// Check implements lockcore.Node.
+func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
+	if err := ctx.Err(); err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := lockcore.NodeHealth{Initialized: n.initialized, Lost: n.lost, Quarantined: n.quarantined}
+	if n.quarantined {
+		h.QuarantinedFor = n.now().Sub(n.qsince)
+	}
+	return h, nil
+}
+
+// Quarantine implements lockcore.Node.
+func (n *Node) Quarantine(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.quarantined {
+		n.quarantined, n.qsince = true, n.now()
+	}
+	n.initialized, n.lost = true, false
+	return nil
+}
+
+// Counters implements lockcore.Node.
+func (n *Node) Counters(ctx context.Context) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.counters), nil
+}
+
+// Repair implements lockcore.Node.
+func (n *Node) Repair(ctx context.Context, floor []int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(floor) != lockcore.FenceSlots {
+		return fmt.Errorf("memnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i, f := range floor {
+		n.counters[i] = max(n.counters[i], f)
+	}
+	n.initialized, n.quarantined, n.lost = true, false, false
+	return nil
 }

@@ -267,3 +267,35 @@ func (f *Faulty) Watch(ctx context.Context, resource string, notify func()) (fun
 
 // String names the wrapped node.
 func (f *Faulty) String() string { return f.inner.String() }
+
+// Check implements lockcore.Node.
+func (f *Faulty) Check(ctx context.Context) (lockcore.NodeHealth, error) {
+	if err := f.fault(ctx); err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	return f.inner.Check(ctx)
+}
+
+// Quarantine implements lockcore.Node.
+func (f *Faulty) Quarantine(ctx context.Context) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.inner.Quarantine(ctx)
+}
+
+// Counters implements lockcore.Node.
+func (f *Faulty) Counters(ctx context.Context) ([]int64, error) {
+	if err := f.fault(ctx); err != nil {
+		return nil, err
+	}
+	return f.inner.Counters(ctx)
+}
+
+// Repair implements lockcore.Node.
+func (f *Faulty) Repair(ctx context.Context, floor []int64) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.inner.Repair(ctx, floor)
+}

@@ -1,16 +1,20 @@
--- fence.lua: raise the fencing counter (and the lease's stored token) to a
--- token minted from another node's counter. Never lowers anything.
--- KEYS[1] lock hash  lockgate:{resource}:lock
--- KEYS[2] counter    lockgate:{resource}:fence
--- ARGV[1] token      ARGV[2] lease id
--- Returns the counter's value afterwards.
-local tok = tonumber(ARGV[1])
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- fence.lua: raise the slot's fencing counter (and the lease's stored token)
+-- to a token minted from another node's counter. Never lowers anything.
+-- KEYS[1] lock hash     lockgate:{resource}:lock
+-- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
+-- ARGV[1] protect   ARGV[2] token   ARGV[3] lease id
+-- Returns {1, counter} with the counter's value afterwards, or {-9, 0} when
+-- the node is out of service (nothing changed).
+if slotout(KEYS[2], ARGV[1]) then
+  return {-9, 0}
+end
+local tok = tonumber(ARGV[2])
+local cur = tonumber(redis.call('HGET', KEYS[2], 'n'))
 if cur < tok then
-  redis.call('SET', KEYS[2], ARGV[1])
+  redis.call('HSET', KEYS[2], 'n', ARGV[2])
   cur = tok
 end
-if redis.call('HGET', KEYS[1], 'lease') == ARGV[2] and tonumber(redis.call('HGET', KEYS[1], 'tok')) < tok then
-  redis.call('HSET', KEYS[1], 'tok', ARGV[1])
+if redis.call('HGET', KEYS[1], 'lease') == ARGV[3] and tonumber(redis.call('HGET', KEYS[1], 'tok')) < tok then
+  redis.call('HSET', KEYS[1], 'tok', ARGV[2])
 end
-return cur
+return {1, cur}

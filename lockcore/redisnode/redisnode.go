@@ -28,7 +28,10 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,41 +40,88 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 )
 
-// The node scripts. Their header comments give KEYS, ARGV and replies.
+// The node scripts. Their header comments give KEYS, ARGV and replies; the
+// scripts that serve a lock start with guard.lua.
 var (
+	//go:embed guard.lua
+	guardLua string
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = guarded(acquireLua)
 	//go:embed extend.lua
 	extendLua    string
-	extendScript = redis.NewScript(extendLua)
+	extendScript = guarded(extendLua)
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = guarded(releaseLua)
 	//go:embed handoff.lua
 	handoffLua    string
-	handoffScript = redis.NewScript(handoffLua)
+	handoffScript = guarded(handoffLua)
 	//go:embed fence.lua
 	fenceLua    string
-	fenceScript = redis.NewScript(fenceLua)
+	fenceScript = guarded(fenceLua)
 	//go:embed inspect.lua
 	inspectLua    string
-	inspectScript = redis.NewScript(inspectLua)
+	inspectScript = guarded(inspectLua)
+	//go:embed check.lua
+	checkLua    string
+	checkScript = redis.NewScript(checkLua)
+	//go:embed quarantine.lua
+	quarantineLua    string
+	quarantineScript = redis.NewScript(quarantineLua)
+	//go:embed repair.lua
+	repairLua    string
+	repairScript = redis.NewScript(repairLua)
 )
 
+func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
+
 func lockKey(resource string) string     { return "lockgate:{" + resource + "}:lock" }
-func fenceKey(resource string) string    { return "lockgate:{" + resource + "}:fence" }
 func releasedKey(resource string) string { return "lockgate:{" + resource + "}:released" }
+
+// slotKeys holds the key of every slot's counter hash: lockgate:{tag}:tokens
+// with the tag of lockcore.SlotTag, so that it lives in the Cluster slot of
+// every resource whose counter it is.
+var slotKeys = func() []string {
+	keys := make([]string, lockcore.FenceSlots)
+	for i := range keys {
+		keys[i] = "lockgate:{" + lockcore.SlotTag(i) + "}:tokens"
+	}
+	return keys
+}()
+
+func tokensKey(resource string) string { return slotKeys[lockcore.FenceSlot(resource)] }
+
+// metaKey is the node's heartbeat and quarantine record (see check.lua).
+const metaKey = "lockgate:{meta}:node"
+
+// outReply is the first reply value of a script that found the node out of
+// service (see guard.lua).
+const outReply = -9
 
 // Node is a lockcore.Node backed by one Redis master. It is safe for
 // concurrent use.
 type Node struct {
-	rdb  *redis.Client
-	name string
+	rdb     *redis.Client
+	name    string
+	protect string // "1", or "0" in the unprotected test mode
 
-	mu     sync.Mutex
-	hub    *hub // made by the first Watch
-	closed bool
+	// trusted is true while the node's data is known to be whole: set by a
+	// Check that found nothing lost and by Repair, cleared by a Check that
+	// found a loss and when a new connection finds a new server process
+	// (run id) behind the address, until the next Check. While it is false
+	// every lock operation fails with lockcore.ErrQuarantined, also when
+	// the operation ran on the server meanwhile.
+	trusted atomic.Bool
+
+	checkMu sync.Mutex // Checks run one at a time
+	mu      sync.Mutex
+	hub     *hub // made by the first Watch
+	closed  bool
+	// What the last Check saw (see Check).
+	runID    string
+	lastBeat int64
+	seenInit bool
 }
 
 var (
@@ -80,28 +130,77 @@ var (
 	_ lockcore.HandOffer = (*Node)(nil)
 )
 
+// Options tune a Node. A nil *Options means the defaults.
+type Options struct {
+	// UnsafeNoLossProtection turns off the detection of lost data: a node
+	// restarted empty serves at once, its counters starting again at 0.
+	// For tests that show what the protection prevents; never in
+	// production.
+	UnsafeNoLossProtection bool
+}
+
 // New returns a node for the Redis server at rawURL: redis://[user:pass@]host:port[/db]
 // or rediss:// for TLS. It does not connect; use Ping to check. It fails
 // only when the URL is malformed.
-func New(rawURL string) (*Node, error) {
+//
+// The node serves no lock until a Check found its data whole or Repair
+// initialized it (lockcore.Redlock does both).
+func New(rawURL string) (*Node, error) { return NewWithOptions(rawURL, nil) }
+
+// NewWithOptions is New with options.
+func NewWithOptions(rawURL string, o *Options) (*Node, error) {
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
 	}
-	name := opt.Addr
+	n := &Node{name: opt.Addr, protect: "1"}
+	if o != nil && o.UnsafeNoLossProtection {
+		n.protect = "0"
+		n.trusted.Store(true)
+	}
 	// Timeouts come from each call's context (lockcore bounds every node
-	// call); one retry covers a pooled connection that died with a restart.
+	// call).
 	opt.ContextTimeoutEnabled = true
-	opt.MaxRetries = 1
+	// No retries: a script whose reply was lost may have run, and running
+	// it again would turn a grant into a re-entry or a release into "not
+	// held". A pooled connection that died with a restarted server is found
+	// dead by the pool's health check before it is used.
+	opt.MaxRetries = -1
 	// A refused dial is an answer: the node is down. go-redis would retry it
 	// 5 times, 100ms apart, which turns a dead node into a slow one.
 	opt.DialerRetries = 1
-	// The one retry runs at once: go-redis would first wait 10 to 30 ms,
-	// which a dead node (dial refused twice) would add to every call.
-	opt.MinRetryBackoff, opt.MaxRetryBackoff = -1, -1
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &Node{rdb: redis.NewClient(opt), name: name}, nil
+	opt.OnConnect = n.onConnect
+	n.rdb = redis.NewClient(opt)
+	return n, nil
+}
+
+// onConnect runs on every new connection before its first command: a new
+// server process behind the address (it restarted, maybe from an older copy
+// of its data) makes the node untrusted until the next Check.
+func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
+	if n.protect != "1" {
+		return nil
+	}
+	info, err := cn.Info(ctx, "server").Result()
+	id := runID(info)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil || id == "" || (n.runID != "" && id != n.runID) {
+		n.trusted.Store(false)
+	}
+	return nil
+}
+
+// runID finds run_id in an INFO reply.
+func runID(info string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // Client is the node's go-redis client (for tests and diagnostics).
@@ -125,14 +224,17 @@ func (n *Node) Close() error {
 
 func ints(v any, want int) ([]int64, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) < want {
-		return nil, fmt.Errorf("redisnode: unexpected script reply of type %T", v)
+	if !ok {
+		return nil, fmt.Errorf("redisnode: script replied %T, not an array", v)
+	}
+	if len(arr) < want && !(len(arr) > 0 && arr[0] == int64(outReply)) {
+		return nil, fmt.Errorf("redisnode: script replied %d values, want %d", len(arr), want)
 	}
 	out := make([]int64, len(arr))
 	for i, x := range arr {
 		n, ok := x.(int64)
 		if !ok {
-			return nil, fmt.Errorf("redisnode: unexpected script reply of type %T", v)
+			return nil, fmt.Errorf("redisnode: script reply value %d is %T, not an integer", i, x)
 		}
 		out[i] = n
 	}
@@ -166,7 +268,7 @@ func statusReply(v []int64) lockcore.NodeReply {
 
 // Acquire implements lockcore.Node with acquire.lua.
 func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, acquireScript, []string{lockKey(req.Resource), fenceKey(req.Resource)}, 2,
+	v, err := n.run(ctx, acquireScript, n.lockKeys(req.Resource), 2,
 		req.Lease, ms(req.TTL), req.Owner, req.Replica, waits(req.Waits))
 	if err != nil {
 		return lockcore.NodeReply{}, err
@@ -181,9 +283,14 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 	}
 }
 
+// lockKeys are KEYS for scripts that take the lock and its slot's counter.
+func (n *Node) lockKeys(resource string) []string {
+	return []string{lockKey(resource), tokensKey(resource)}
+}
+
 // Extend implements lockcore.Node with extend.lua.
 func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, extendScript, []string{lockKey(resource)}, 2, lease, ms(ttl))
+	v, err := n.run(ctx, extendScript, n.lockKeys(resource), 2, lease, ms(ttl))
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -192,7 +299,8 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, releaseScript, []string{lockKey(resource), releasedKey(resource)}, 2, lease)
+	keys := []string{lockKey(resource), tokensKey(resource), releasedKey(resource)}
+	v, err := n.run(ctx, releaseScript, keys, 2, lease)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -210,8 +318,8 @@ func releaseReply(v []int64) lockcore.NodeReply {
 // HandOff implements lockcore.HandOffer with handoff.lua.
 func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
-	v, err := n.run(ctx, handoffScript, []string{lockKey(r), fenceKey(r), releasedKey(r)}, 5,
-		lease, next.Lease, ms(next.TTL), next.Owner, next.Replica)
+	keys := []string{lockKey(r), tokensKey(r), releasedKey(r)}
+	v, err := n.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
 	}
@@ -222,35 +330,59 @@ func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcqu
 	return releaseReply(v[:3]), granted, nil
 }
 
-// run runs a script whose reply is an array of at least want integers.
+// run runs a guarded script whose reply is an array of at least want
+// integers. The protect flag goes first in ARGV. A node out of service, by
+// the script's guard or because it is not trusted before or after the call,
+// fails with lockcore.ErrQuarantined.
 func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, want int, args ...any) ([]int64, error) {
-	res, err := s.Run(ctx, n.rdb, keys, args...).Result()
+	res, err := n.eval(ctx, s, keys, args...)
 	if err != nil {
 		return nil, err
 	}
-	return ints(res, want)
+	v, err := ints(res, want)
+	if err != nil {
+		return nil, err
+	}
+	if v[0] == outReply {
+		return nil, lockcore.ErrQuarantined
+	}
+	return v, nil
+}
+
+// eval runs a guarded script while the node is trusted.
+func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+	if !n.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
+	}
+	res, err := s.Run(ctx, n.rdb, keys, append([]any{n.protect}, args...)...).Result()
+	if !n.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
+	}
+	return res, err
 }
 
 // RaiseFence implements lockcore.Node with fence.lua.
 func (n *Node) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
-	return fenceScript.Run(ctx, n.rdb, []string{lockKey(resource), fenceKey(resource)}, token, lease).Err()
+	_, err := n.run(ctx, fenceScript, n.lockKeys(resource), 2, strconv.FormatInt(token, 10), lease)
+	return err
 }
 
 // Inspect implements lockcore.Node with inspect.lua.
 func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
-	res, err := inspectScript.Run(ctx, n.rdb, []string{lockKey(resource)}).Result()
+	res, err := n.eval(ctx, inspectScript, n.lockKeys(resource))
 	if err != nil {
 		return lockcore.NodeLock{}, err
 	}
 	arr, ok := res.([]any)
-	if !ok {
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply of type %T", res)
-	}
-	if len(arr) == 0 {
+	switch {
+	case !ok:
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: inspect replied %T, not an array", res)
+	case len(arr) == 0:
 		return lockcore.NodeLock{}, nil
-	}
-	if len(arr) != 5 {
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: unexpected inspect reply of type %T", res)
+	case len(arr) == 1 && arr[0] == int64(outReply):
+		return lockcore.NodeLock{}, lockcore.ErrQuarantined
+	case len(arr) != 5:
+		return lockcore.NodeLock{}, fmt.Errorf("redisnode: inspect replied %d values, want 5", len(arr))
 	}
 	lease, _ := arr[0].(string)
 	tok, _ := arr[1].(int64)

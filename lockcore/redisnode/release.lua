@@ -1,22 +1,27 @@
 -- release.lua: delete a lock the lease holds and announce the release.
 -- KEYS[1] lock hash  lockgate:{resource}:lock (fields as in acquire.lua)
--- KEYS[2] channel    lockgate:{resource}:released
--- ARGV[1] lease id
+-- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
+-- KEYS[3] channel    lockgate:{resource}:released
+-- ARGV[1] protect   ARGV[2] lease id
 -- Returns {1, token, wanted} released (wanted 1 when an acquisition for
 -- another replica was refused while it was held, else 0), {0, pttl} held by
--- another lease, {-1, 0} not held. Only a release by the holder publishes,
--- on KEYS[2], with the released token in decimal as payload (not secret;
--- watchers ignore it). The PUBLISH happens in the same atomic step as the
--- DEL, so a subscriber that subscribed before it cannot miss it.
+-- another lease, {-1, 0} not held, {-9, 0} the node is out of service. Only
+-- a release by the holder publishes, on KEYS[3], with the released token in
+-- decimal as payload (not secret; watchers ignore it). The PUBLISH happens
+-- in the same atomic step as the DEL, so a subscriber that subscribed before
+-- it cannot miss it.
+if slotout(KEYS[2], ARGV[1]) then
+  return {-9, 0}
+end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'x')
 if not h[1] then
   return {-1, 0}
 end
-if h[1] ~= ARGV[1] then
+if h[1] ~= ARGV[2] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], h[2])
+redis.call('PUBLISH', KEYS[3], h[2])
 if h[3] then
   return {1, tonumber(h[2]), 1}
 end

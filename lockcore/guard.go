@@ -1,0 +1,312 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// NodeState names a node's condition as the guard last saw it.
+type NodeState string
+
+// Node states, as reported to a HealthObserver.
+const (
+	// NodeServing: the node answers, accepts writes and its data is whole.
+	NodeServing NodeState = "serving"
+	// NodeUnreachable: the node's last check failed (down, hung, refused).
+	NodeUnreachable NodeState = "unreachable"
+	// NodeRefusing: the node answers but refuses writes (the reason says
+	// why: out of memory, persistence failing, read-only replica).
+	NodeRefusing NodeState = "refusing"
+	// NodeLost: the node lost data it acknowledged; it is being
+	// quarantined.
+	NodeLost NodeState = "lost"
+	// NodeQuarantined: out of service until repaired.
+	NodeQuarantined NodeState = "quarantined"
+	// NodeUninitialized: the node holds no lockgate data yet.
+	NodeUninitialized NodeState = "uninitialized"
+)
+
+// HealthObserver is an optional extension of Observer: the guard tells it
+// when a node's state changes (and once for each node when it first checks
+// it). reason is empty except for NodeRefusing and NodeUnreachable.
+type HealthObserver interface {
+	NodeState(node string, state NodeState, reason string)
+}
+
+// bulkTimeout bounds the guard's whole-node operations (quarantine, reading
+// and repairing every slot's counter): thousands of pipelined commands.
+const bulkTimeout = 10 * time.Second
+
+// guard watches over the nodes' data (see the package doc, "Nodes that lose
+// their data"). It checks every node every Options.CheckInterval, and at
+// once when a node operation found a node quarantined; it initializes a new
+// cluster, quarantines nodes found lost, and repairs quarantined nodes once
+// their quarantine has lasted long enough.
+type guard struct {
+	r *Redlock
+
+	startMu sync.Mutex    // held by the first pass
+	started atomic.Bool   // the first pass is done and the loop runs
+	kick    chan struct{} // a pass is wanted now
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed when the loop ended
+
+	mu     sync.Mutex
+	states []NodeState // per node, as last reported
+}
+
+func newGuard(r *Redlock) *guard {
+	return &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		states: make([]NodeState, len(r.nodes))}
+}
+
+// ready makes the first pass over the nodes on first use, in the calling
+// goroutine and bounded by ctx, so that the first operations of a new
+// gateway find new nodes initialized; then it starts the loop. Later calls
+// return at once. It returns ctx's error if ctx ended during the first
+// pass (the next call makes it again).
+func (g *guard) ready(ctx context.Context) error {
+	if g.started.Load() {
+		return nil
+	}
+	g.startMu.Lock()
+	defer g.startMu.Unlock()
+	if g.started.Load() || g.stopped() {
+		return nil
+	}
+	g.pass(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.started.Store(true)
+	go g.loop()
+	return nil
+}
+
+func (g *guard) stopped() bool {
+	select {
+	case <-g.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// poke asks for a pass soon (a node operation found a node quarantined).
+func (g *guard) poke() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the loop, if it runs, and waits for it.
+func (g *guard) close() {
+	g.startMu.Lock()
+	defer g.startMu.Unlock()
+	if g.stopped() {
+		return
+	}
+	close(g.stop)
+	if g.started.Load() {
+		<-g.done
+	}
+}
+
+func (g *guard) loop() {
+	defer close(g.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t := time.NewTicker(g.r.opt.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.kick:
+		case <-t.C:
+		}
+		pctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-g.stop:
+			case <-pctx.Done():
+			}
+			stop()
+		}()
+		g.pass(pctx)
+		stop()
+	}
+}
+
+// checkResult is one node's Check.
+type checkResult struct {
+	h   NodeHealth
+	err error
+}
+
+// check runs Check on every node in parallel.
+func (g *guard) check(ctx context.Context) []checkResult {
+	out := make([]checkResult, len(g.r.nodes))
+	var wg sync.WaitGroup
+	for i := range g.r.nodes {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, g.r.checkTimeout())
+			defer cancel()
+			out[i].h, out[i].err = g.r.calls[i].Check(cctx)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// pass checks every node and acts on what it finds.
+func (g *guard) pass(ctx context.Context) {
+	res := g.check(ctx)
+	g.report(res)
+	if g.r.opt.UnsafeNoLossProtection {
+		return
+	}
+	if g.fresh(res) {
+		g.bootstrap(ctx, res)
+		return
+	}
+	for i, c := range res {
+		if c.err != nil {
+			continue
+		}
+		switch h := c.h; {
+		case h.Lost || !h.Initialized:
+			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
+		case h.Quarantined && h.QuarantinedFor >= g.r.quarantine():
+			g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res) })
+		}
+	}
+}
+
+// fresh reports whether the nodes form a new cluster: none of those that
+// answered (at least a quorum) was ever initialized or is known to have
+// lost data. Such nodes are initialized at once, without quarantine.
+func (g *guard) fresh(res []checkResult) bool {
+	answered := 0
+	for _, c := range res {
+		if c.err != nil {
+			continue
+		}
+		if c.h.Initialized || c.h.Lost {
+			return false
+		}
+		answered++
+	}
+	return answered >= g.r.quorum
+}
+
+func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
+	zero := make([]int64, FenceSlots)
+	for i, c := range res {
+		if c.err == nil {
+			g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero) })
+		}
+	}
+}
+
+// do runs a bulk operation on node i and reports a failure as the node's
+// state.
+func (g *guard) do(ctx context.Context, i int, what string, fn func(context.Context) error) {
+	bctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+	defer cancel()
+	if err := fn(bctx); err != nil && ctx.Err() == nil {
+		g.set(i, NodeUnreachable, fmt.Sprintf("%s failed: %v", what, err))
+	}
+}
+
+// repair raises node i's counters to the highest each slot has on the other
+// nodes in service, and puts it back in service. It needs a quorum of such
+// nodes: any quorum shares a node with every quorum that was fenced (see the
+// package doc), so every token ever granted is covered. With fewer (one
+// node alone, or a majority that lost data), the floor is also raised to
+// clockFloor.
+func (g *guard) repair(ctx context.Context, i int, res []checkResult) error {
+	floor := make([]int64, FenceSlots)
+	sources := 0
+	for j, c := range res {
+		if j == i || c.err != nil || !c.h.Initialized || c.h.Lost || c.h.Quarantined {
+			continue
+		}
+		counters, err := g.r.nodes[j].Counters(ctx)
+		if err != nil || len(counters) != FenceSlots {
+			continue
+		}
+		for s, v := range counters {
+			floor[s] = max(floor[s], v)
+		}
+		sources++
+	}
+	if sources < g.r.quorum {
+		if len(g.r.nodes) > 1 {
+			g.r.opt.Observer.QuorumFailed("repair")
+		}
+		cf := clockFloor(g.r.opt.Clock.Now())
+		for s := range floor {
+			floor[s] = max(floor[s], cf)
+		}
+	}
+	return g.r.nodes[i].Repair(ctx, floor)
+}
+
+// clockFloor is a counter floor from the wall clock: 1000 per millisecond
+// since 1970. A counter repaired to it is above every token granted before,
+// as long as fewer than 1000 grants per millisecond were made on the slot
+// on average since it was last set this way, and the clock has not gone
+// back. It stays below MaxToken until the year 2255.
+func clockFloor(now time.Time) int64 { return now.UnixMilli() * 1000 }
+
+// report turns check results into states and tells the HealthObserver of
+// changes.
+func (g *guard) report(res []checkResult) {
+	for i, c := range res {
+		state, reason := NodeServing, ""
+		switch h := c.h; {
+		case c.err != nil:
+			state, reason = NodeUnreachable, c.err.Error()
+		case h.Refusing != "":
+			state, reason = NodeRefusing, h.Refusing
+		case h.Lost:
+			state = NodeLost
+		case h.Quarantined:
+			state = NodeQuarantined
+		case !h.Initialized:
+			state = NodeUninitialized
+		}
+		g.set(i, state, reason)
+	}
+}
+
+func (g *guard) set(i int, state NodeState, reason string) {
+	g.mu.Lock()
+	changed := g.states[i] != state
+	g.states[i] = state
+	g.mu.Unlock()
+	if ho, ok := g.r.opt.Observer.(HealthObserver); ok && changed {
+		ho.NodeState(g.r.nodes[i].String(), state, reason)
+	}
+}
+
+// healthError is why a node that answered its check does not count as
+// ready, or nil.
+func healthError(h NodeHealth) error {
+	switch {
+	case h.Refusing != "":
+		return fmt.Errorf("refuses writes: %s", h.Refusing)
+	case h.Lost, h.Quarantined, !h.Initialized:
+		return ErrQuarantined
+	}
+	return nil
+}
+
+// isQuarantined reports whether err says a node was out of service.
+func isQuarantined(err error) bool { return errors.Is(err, ErrQuarantined) }

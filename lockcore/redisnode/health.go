@@ -1,0 +1,191 @@
+package redisnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Check implements lockcore.Node with check.lua and INFO server, in one
+// round trip. The node is found Lost when:
+//   - it was seen initialized and no longer is (it restarted empty, or was
+//     flushed);
+//   - its heartbeat is not above the last one this Node saw (it went back
+//     to an older copy of its data);
+//   - it is a new server process (run id) that does not sync every write
+//     to disk before answering (appendonly yes, appendfsync always, read
+//     with CONFIG GET; a server that refuses CONFIG counts as not syncing):
+//     a restart could have lost the last writes it acknowledged. A restart
+//     with every write synced loses nothing and is not a loss;
+//   - its quarantine began but not every slot was marked yet.
+//
+// A node that refuses the heartbeat's write answers with Refusing set and no
+// error. Checks of one Node run one at a time.
+func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
+	n.checkMu.Lock()
+	defer n.checkMu.Unlock()
+	pipe := n.rdb.Pipeline()
+	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
+	info := pipe.Info(ctx, "server")
+	_, _ = pipe.Exec(ctx)
+	if err := info.Err(); err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	res, err := chk.Result()
+	if reason := refusalReason(err); reason != "" {
+		return lockcore.NodeHealth{Initialized: true, Refusing: reason}, nil
+	}
+	if err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	v, err := ints(res, 5)
+	if err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	id := runID(info.Val())
+	n.mu.Lock()
+	restarted := n.runID != "" && id != n.runID
+	n.mu.Unlock()
+	durable := !restarted || n.durable(ctx)
+
+	h := lockcore.NodeHealth{Initialized: v[0] == 1}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h.Initialized {
+		h.Quarantined = v[2] >= 0
+		if h.Quarantined {
+			h.QuarantinedFor = time.Duration(v[4]-v[2]) * time.Millisecond
+		}
+		h.Lost = (h.Quarantined && v[3] == 0) || (n.seenInit && v[1] <= n.lastBeat) || !durable
+	} else {
+		h.Lost = n.seenInit
+	}
+	if n.protect != "1" {
+		h = lockcore.NodeHealth{Initialized: true}
+	}
+	n.seenInit = n.seenInit || h.Initialized
+	n.lastBeat, n.runID = v[1], id
+	n.trusted.Store(n.protect != "1" || (h.Initialized && !h.Lost && !h.Quarantined))
+	return h, nil
+}
+
+// durable reports whether the server syncs every write to disk before it
+// answers (CONFIG GET appendonly and appendfsync).
+func (n *Node) durable(ctx context.Context) bool {
+	cfg, err := n.rdb.ConfigGet(ctx, "append*").Result()
+	return err == nil && cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always"
+}
+
+// refusalReason says why a node refused a write, from its error reply, or
+// "" when err is not such a refusal.
+func refusalReason(err error) string {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return ""
+	}
+	msg := re.Error()
+	switch {
+	case strings.HasPrefix(msg, "OOM"):
+		return "out of memory"
+	case strings.HasPrefix(msg, "MISCONF"):
+		return "persistence failing (MISCONF)"
+	case strings.HasPrefix(msg, "READONLY"):
+		return "read-only replica"
+	}
+	return ""
+}
+
+// Quarantine implements lockcore.Node: it records the quarantine's start on
+// the node (quarantine.lua), marks every slot's counter hash (q), then
+// records that every slot is marked (qdone). Every guarded script refuses a
+// marked slot, whichever gateway sends it.
+func (n *Node) Quarantine(ctx context.Context) error {
+	n.trusted.Store(false)
+	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}).Err(); err != nil {
+		return err
+	}
+	pipe := n.rdb.Pipeline()
+	for _, k := range slotKeys {
+		pipe.HSet(ctx, k, "q", "1")
+	}
+	if err := execAll(ctx, pipe); err != nil {
+		return err
+	}
+	return n.rdb.HSet(ctx, metaKey, "qdone", "1").Err()
+}
+
+// Counters implements lockcore.Node: one pipelined HGET per slot.
+func (n *Node) Counters(ctx context.Context) ([]int64, error) {
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(slotKeys))
+	for i, k := range slotKeys {
+		cmds[i] = pipe.HGet(ctx, k, "n")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]int64, len(cmds))
+	for i, c := range cmds {
+		s, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("redisnode: counter of slot %d is %q: %w", i, s, err)
+		}
+	}
+	return out, nil
+}
+
+// Repair implements lockcore.Node: repair.lua on every slot (pipelined),
+// then the meta hash says the node is initialized and out of quarantine.
+func (n *Node) Repair(ctx context.Context, floor []int64) error {
+	if len(floor) != lockcore.FenceSlots {
+		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
+	}
+	if err := repairScript.Load(ctx, n.rdb).Err(); err != nil {
+		return err
+	}
+	pipe := n.rdb.Pipeline()
+	for i, k := range slotKeys {
+		pipe.EvalSha(ctx, repairScript.Hash(), []string{k}, strconv.FormatInt(floor[i], 10))
+	}
+	if err := execAll(ctx, pipe); err != nil {
+		return err
+	}
+	tx := n.rdb.TxPipeline()
+	tx.HSet(ctx, metaKey, "init", "1")
+	tx.HDel(ctx, metaKey, "qsince", "qdone")
+	if _, err := tx.Exec(ctx); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.seenInit = true
+	n.mu.Unlock()
+	n.trusted.Store(true)
+	return nil
+}
+
+// execAll runs a pipeline and returns its first error.
+func execAll(ctx context.Context, pipe redis.Pipeliner) error {
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+-- quarantine.lua: record that the node's quarantine began (once).
+-- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
+-- Sets init, and qsince to the node's time now unless it is set already, in
+-- which case the quarantine keeps its start; clears qdone (the slots are
+-- marked next, then qdone is set). Returns qsince.
+redis.call('HSET', KEYS[1], 'init', '1')
+local q = redis.call('HGET', KEYS[1], 'qsince')
+if not q then
+  local t = redis.call('TIME')
+  q = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  redis.call('HSET', KEYS[1], 'qsince', q)
+end
+redis.call('HDEL', KEYS[1], 'qdone')
+return tonumber(q)
