@@ -11,3 +11,8 @@ import (
 func TestConformance(t *testing.T) {
 	nodetest.Run(t, func(t *testing.T) lockcore.Node { return memnode.New(nil) })
 }
+
+func TestDataLoss(t *testing.T) {
+	nodetest.RunDataLoss(t, func(t *testing.T) lockcore.Node { return memnode.New(nil) },
+		func(t *testing.T, n lockcore.Node) { n.(*memnode.Node).LoseData() })
+}

@@ -24,7 +24,11 @@ import (
 
 // Run runs the suite against the node that newNode returns. Subtests use
 // distinct resource names, so one node may serve them all.
+//
+// A node newNode returns that was never initialized is initialized first
+// (Repair with zero counters), as lockcore does for a new cluster.
 func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
+	newNode = inService(newNode)
 	var seq atomic.Int64
 	res := func(t *testing.T) string {
 		name := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name())
@@ -494,5 +498,23 @@ func mustRefuse(t *testing.T, n lockcore.Node, req lockcore.NodeAcquire) {
 	got, err := n.Acquire(context.Background(), req)
 	if err != nil || got.Status != lockcore.StatusTaken {
 		t.Fatalf("Acquire(%s): %+v, %v; want taken", req.Lease, got, err)
+	}
+}
+
+// inService wraps newNode so that every node it returns is in service.
+func inService(newNode func(t *testing.T) lockcore.Node) func(t *testing.T) lockcore.Node {
+	return func(t *testing.T) lockcore.Node {
+		t.Helper()
+		n := newNode(t)
+		h, err := n.Check(context.Background())
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		if !h.Initialized {
+			if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+				t.Fatalf("Repair (initialize): %v", err)
+			}
+		}
+		return n
 	}
 }

@@ -148,7 +148,7 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 }
 
 // Repair implements lockcore.Node: repair.lua on every slot (pipelined),
-// then the meta hash says the node is initialized and out of quarantine.
+// then serve.lua: the node is initialized and out of quarantine.
 func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
@@ -163,10 +163,7 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if err := execAll(ctx, pipe); err != nil {
 		return err
 	}
-	tx := n.rdb.TxPipeline()
-	tx.HSet(ctx, metaKey, "init", "1")
-	tx.HDel(ctx, metaKey, "qsince", "qdone")
-	if _, err := tx.Exec(ctx); err != nil {
+	if err := serveScript.Run(ctx, n.rdb, []string{metaKey}).Err(); err != nil {
 		return err
 	}
 	n.mu.Lock()

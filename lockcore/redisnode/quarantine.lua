@@ -2,12 +2,13 @@
 -- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
 -- Sets init, and qsince to the node's time now unless it is set already, in
 -- which case the quarantine keeps its start; clears qdone (the slots are
--- marked next, then qdone is set). Returns qsince.
+-- marked next, then qdone is set); lifts the beat (see lift.lua). Returns
+-- qsince.
+local now = lift(KEYS[1])
 redis.call('HSET', KEYS[1], 'init', '1')
 local q = redis.call('HGET', KEYS[1], 'qsince')
 if not q then
-  local t = redis.call('TIME')
-  q = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  q = string.format('%d', now)
   redis.call('HSET', KEYS[1], 'qsince', q)
 end
 redis.call('HDEL', KEYS[1], 'qdone')

@@ -66,9 +66,14 @@ var (
 	//go:embed check.lua
 	checkLua    string
 	checkScript = redis.NewScript(checkLua)
+	//go:embed lift.lua
+	liftLua string
 	//go:embed quarantine.lua
 	quarantineLua    string
-	quarantineScript = redis.NewScript(quarantineLua)
+	quarantineScript = redis.NewScript(liftLua + quarantineLua)
+	//go:embed serve.lua
+	serveLua    string
+	serveScript = redis.NewScript(liftLua + serveLua)
 	//go:embed repair.lua
 	repairLua    string
 	repairScript = redis.NewScript(repairLua)
@@ -184,10 +189,13 @@ func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 		return nil
 	}
 	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return err // the connection is not used
+	}
 	id := runID(info)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err != nil || id == "" || (n.runID != "" && id != n.runID) {
+	if id == "" || (n.runID != "" && id != n.runID) {
 		n.trusted.Store(false)
 	}
 	return nil

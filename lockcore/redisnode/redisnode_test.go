@@ -13,8 +13,25 @@ import (
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
-// newNode connects a Node to srv and closes it when t ends.
+// newNode connects a Node to srv, puts it in service (initializing a new
+// server, as lockcore does for a new cluster) and closes it when t ends.
 func newNode(t testing.TB, srv *redistest.Server) *redisnode.Node {
+	t.Helper()
+	n := connect(t, srv)
+	h, err := n.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Initialized {
+		if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// connect connects a Node to srv, as it is, and closes it when t ends.
+func connect(t testing.TB, srv *redistest.Server) *redisnode.Node {
 	t.Helper()
 	n, err := redisnode.New(srv.URL())
 	if err != nil {
@@ -26,7 +43,17 @@ func newNode(t testing.TB, srv *redistest.Server) *redisnode.Node {
 
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t, nil)
-	nodetest.Run(t, func(t *testing.T) lockcore.Node { return newNode(t, srv) })
+	nodetest.Run(t, func(t *testing.T) lockcore.Node { return connect(t, srv) })
+}
+
+func TestDataLoss(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	nodetest.RunDataLoss(t, func(t *testing.T) lockcore.Node { return connect(t, srv) },
+		func(t *testing.T, n lockcore.Node) {
+			if err := n.(*redisnode.Node).Client().FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
 }
 
 // A node whose server is gone (its host still up) refuses connections: that

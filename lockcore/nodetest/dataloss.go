@@ -1,0 +1,170 @@
+package nodetest
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// RunDataLoss checks what a node does about lost data (see lockcore.Node
+// and lockcore.NodeHealth): a node that lost its data refuses every
+// operation that reads or writes a lock until it is repaired, a quarantine
+// keeps its start, Counters reports each slot's counter, and Repair raises
+// counters (never lowers them) and puts the node back in service.
+//
+// loseData must make n lose everything it stored, as a restart with an
+// empty data set would (memnode.Node.LoseData, FLUSHALL on Redis). Nodes
+// newNode returns are put in service first, as in Run.
+func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseData func(t *testing.T, n lockcore.Node)) {
+	newNode = inService(newNode)
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+	const lease = "lease-loss-0123456789"
+	grant := func(t *testing.T, n lockcore.Node, resource string) int64 {
+		t.Helper()
+		return mustGrant(t, n, lockcore.NodeAcquire{Resource: resource, Lease: lockcore.NewLeaseID(), TTL: ttl}).Token
+	}
+
+	t.Run("a node that lost its data says so and refuses every lock operation", func(t *testing.T) {
+		n := newNode(t)
+		grant(t, n, "loss-held")
+		loseData(t, n)
+		h, err := n.Check(ctx)
+		if err != nil || !h.Lost || h.Initialized {
+			t.Fatalf("Check after the loss: %+v, %v; want lost and not initialized", h, err)
+		}
+		wantRefused(t, n, "loss-held", lease)
+	})
+
+	t.Run("a quarantine refuses, keeps its start, and lets counters be read", func(t *testing.T) {
+		n := newNode(t)
+		tok := grant(t, n, "loss-q")
+		if err := n.Quarantine(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := mustCheck(t, n)
+		time.Sleep(30 * time.Millisecond)
+		if err := n.Quarantine(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again := mustCheck(t, n)
+		if !first.Quarantined || !again.Quarantined || again.Lost || again.QuarantinedFor < first.QuarantinedFor+25*time.Millisecond {
+			t.Fatalf("checks %+v then %+v: want quarantined, its start kept across a second Quarantine", first, again)
+		}
+		wantRefused(t, n, "loss-q", lease)
+		c, err := n.Counters(ctx)
+		if err != nil || len(c) != lockcore.FenceSlots || c[lockcore.FenceSlot("loss-q")] != tok {
+			t.Fatalf("Counters: %d values, slot %d = %d, %v; want %d values and %d", len(c),
+				lockcore.FenceSlot("loss-q"), valueAt(c, lockcore.FenceSlot("loss-q")), err, lockcore.FenceSlots, tok)
+		}
+	})
+
+	t.Run("repair raises the counters and puts a lost node back in service", func(t *testing.T) {
+		n := newNode(t)
+		loseData(t, n)
+		if err := n.Quarantine(ctx); err != nil {
+			t.Fatal(err)
+		}
+		floor := make([]int64, lockcore.FenceSlots)
+		floor[lockcore.FenceSlot("loss-r")] = 1000
+		if err := n.Repair(ctx, floor); err != nil {
+			t.Fatal(err)
+		}
+		if h := mustCheck(t, n); !h.Initialized || h.Lost || h.Quarantined || h.Refusing != "" {
+			t.Fatalf("Check after Repair: %+v; want in service", h)
+		}
+		if tok := grant(t, n, "loss-r"); tok != 1001 {
+			t.Fatalf("token after a repair to 1000: %d, want 1001", tok)
+		}
+	})
+
+	t.Run("repair never lowers a counter", func(t *testing.T) {
+		n := newNode(t)
+		var tok int64
+		for range 3 {
+			tok = grant(t, n, "loss-keep")
+			if rep, err := n.Release(ctx, "loss-keep", mustInspect(t, n, "loss-keep").Lease); err != nil || rep.Status != lockcore.StatusOK {
+				t.Fatalf("release: %+v, %v", rep, err)
+			}
+		}
+		if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+			t.Fatal(err)
+		}
+		if next := grant(t, n, "loss-keep"); next <= tok {
+			t.Fatalf("token after a repair to 0: %d, want above %d", next, tok)
+		}
+	})
+
+	t.Run("resources of one slot share its counter", func(t *testing.T) {
+		n := newNode(t)
+		a, b := SameSlot()
+		ta := grant(t, n, a)
+		tb := grant(t, n, b)
+		if tb != ta+1 {
+			t.Fatalf("tokens %d (%s) then %d (%s) in slot %d: want one counter", ta, a, tb, b, lockcore.FenceSlot(a))
+		}
+	})
+}
+
+// SameSlot returns two distinct resource names of one fencing slot.
+func SameSlot() (a, b string) {
+	a = "slot-mate-0"
+	for i := 1; ; i++ {
+		b = "slot-mate-" + strconv.Itoa(i)
+		if lockcore.FenceSlot(b) == lockcore.FenceSlot(a) {
+			return a, b
+		}
+	}
+}
+
+func valueAt(c []int64, i int) int64 {
+	if i < len(c) {
+		return c[i]
+	}
+	return -1
+}
+
+func mustCheck(t *testing.T, n lockcore.Node) lockcore.NodeHealth {
+	t.Helper()
+	h, err := n.Check(context.Background())
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return h
+}
+
+func mustInspect(t *testing.T, n lockcore.Node, resource string) lockcore.NodeLock {
+	t.Helper()
+	l, err := n.Inspect(context.Background(), resource)
+	if err != nil || !l.Found {
+		t.Fatalf("Inspect(%s): %+v, %v", resource, l, err)
+	}
+	return l
+}
+
+// wantRefused checks that every lock operation on n fails with
+// lockcore.ErrQuarantined.
+func wantRefused(t *testing.T, n lockcore.Node, resource, lease string) {
+	t.Helper()
+	ctx := context.Background()
+	req := lockcore.NodeAcquire{Resource: resource, Lease: lease, TTL: time.Second}
+	ops := map[string]func() error{
+		"acquire": func() error { _, err := n.Acquire(ctx, req); return err },
+		"extend":  func() error { _, err := n.Extend(ctx, resource, lease, 0); return err },
+		"release": func() error { _, err := n.Release(ctx, resource, lease); return err },
+		"fence":   func() error { return n.RaiseFence(ctx, resource, lease, 5) },
+		"inspect": func() error { _, err := n.Inspect(ctx, resource); return err },
+	}
+	if h, ok := n.(lockcore.HandOffer); ok {
+		ops["handoff"] = func() error { _, _, err := h.HandOff(ctx, lease, req); return err }
+	}
+	for op, do := range ops {
+		if err := do(); !errors.Is(err, lockcore.ErrQuarantined) {
+			t.Errorf("%s on a node out of service: %v, want ErrQuarantined", op, err)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package redisnode_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
+)
+
+// The two scenarios of the data-loss issue, each run with the protection on
+// (it must hold) and off (it must break as the issue measured it, which
+// shows that the scenario can catch the fault).
+
+// lossRedlock is a gateway replica over srvs with a short maximum TTL (so a
+// quarantine ends within the test) and a fast guard.
+func lossRedlock(t *testing.T, srvs []*redistest.Server, protect bool) *lockcore.Redlock {
+	t.Helper()
+	nodes := make([]lockcore.Node, len(srvs))
+	for i, s := range srvs {
+		n, err := redisnode.NewWithOptions(s.URL(), &redisnode.Options{UnsafeNoLossProtection: !protect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		nodes[i] = n
+	}
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 50 * time.Millisecond, MinTTL: 200 * time.Millisecond,
+		MaxTTL: lossMaxTTL, CheckInterval: 20 * time.Millisecond, UnsafeNoLossProtection: !protect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	return rl
+}
+
+const lossMaxTTL = 1500 * time.Millisecond
+
+// restartEmpty kills srv, deletes its data (AOF and snapshot) and starts it
+// again: a node that lost everything it had.
+func restartEmpty(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	srv.Kill()
+	for _, name := range []string{"appendonlydir", "dump.rdb"} {
+		if err := os.RemoveAll(filepath.Join(srv.Dir(), name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Restart()
+}
+
+// cycle acquires and releases resource once and returns the token.
+func cycle(t *testing.T, rl *lockcore.Redlock, resource string) int64 {
+	t.Helper()
+	l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: resource, TTL: time.Second}, 3*time.Second)
+	if err := rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: resource, LeaseID: l.ID}); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	return l.Token
+}
+
+// TestALaggingNodeThenAnEmptyRestart: C misses five grants while down and
+// comes back; then A restarts empty while B is paused. Unprotected, the
+// next grant (A and C) repeats an old token: A starts again at 1, C lags.
+// Protected, C caught up with the first grant after its return, and A is
+// quarantined: no grant at all until B is back, then a higher token.
+func TestALaggingNodeThenAnEmptyRestart(t *testing.T) {
+	for _, protect := range []bool{true, false} {
+		t.Run(map[bool]string{true: "protected", false: "unprotected"}[protect], func(t *testing.T) {
+			srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+			a, b, c := srvs[0], srvs[1], srvs[2]
+			rl := lossRedlock(t, srvs, protect)
+			const res = "lagging"
+			var top int64
+			c.Kill()
+			for range 5 {
+				top = max(top, cycle(t, rl, res))
+			}
+			c.Restart()
+			for range 3 {
+				top = max(top, cycle(t, rl, res))
+			}
+			time.Sleep(50 * time.Millisecond) // let the catch-up land
+			restartEmpty(t, a)
+			b.Pause()
+			l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+			b.Resume()
+			if !protect {
+				if err != nil || l.Token > top {
+					t.Fatalf("unprotected: got %+v, %v; the scenario should repeat a token ≤ %d", l, err, top)
+				}
+				t.Logf("unprotected: token %d granted after token %d, as the issue found", l.Token, top)
+				return
+			}
+			if !errors.Is(err, lockcore.ErrNoQuorum) {
+				t.Fatalf("with A lost and B paused: %+v, %v; want ErrNoQuorum", l, err)
+			}
+			if next := cycle(t, rl, res); next <= top {
+				t.Fatalf("token %d after %d", next, top)
+			}
+		})
+	}
+}
+
+// TestAnEmptyRestartUnderALiveHolder: L1 holds on A and B (C was down
+// when it acquired); A restarts empty, B pauses, C is back. Unprotected, L2
+// is granted by A and C while L1 still holds, with L1's token. Protected, A
+// is quarantined and L2 gets nothing.
+func TestAnEmptyRestartUnderALiveHolder(t *testing.T) {
+	for _, protect := range []bool{true, false} {
+		t.Run(map[bool]string{true: "protected", false: "unprotected"}[protect], func(t *testing.T) {
+			srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+			a, b, c := srvs[0], srvs[1], srvs[2]
+			rl := lossRedlock(t, srvs, protect)
+			const res = "live-holder"
+			for range 3 {
+				cycle(t, rl, res)
+			}
+			c.Kill() // paused, it would run L1's request once resumed
+			l1 := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: lossMaxTTL})
+			c.Restart()
+			restartEmpty(t, a)
+			b.Pause()
+			l2, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+			b.Resume()
+			live := time.Until(l1.Expires) > 0
+			if !protect {
+				if err != nil || !live || l2.Token > l1.Token {
+					t.Fatalf("unprotected: L2 got %+v, %v (L1 live: %v, token %d); the scenario should grant L2 "+
+						"L1's token or lower while L1 holds", l2, err, live, l1.Token)
+				}
+				t.Logf("unprotected: L2 granted token %d while L1 holds token %d, as the issue found", l2.Token, l1.Token)
+				return
+			}
+			if err == nil {
+				t.Fatalf("L2 granted %+v while L1 (token %d) holds", l2, l1.Token)
+			}
+		})
+	}
+}
+
+// TestALostNodeIsRepairedAfterItsQuarantine: A restarts empty, is
+// quarantined, and once its quarantine (longer than the largest TTL) ends
+// it is repaired from B and C: with C down, A and B grant a token above
+// every earlier one.
+func TestALostNodeIsRepairedAfterItsQuarantine(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	a, c := srvs[0], srvs[2]
+	rl := lossRedlock(t, srvs, true)
+	const res = "repaired"
+	var top int64
+	for range 4 {
+		top = max(top, cycle(t, rl, res))
+	}
+	restartEmpty(t, a)
+	top = max(top, cycle(t, rl, res)) // B and C, while A is out
+	lost := time.Now()
+	c.Kill()
+	deadline := lost.Add(lossMaxTTL + 3*time.Second)
+	for {
+		l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+		if err == nil {
+			if since := time.Since(lost); since < lossMaxTTL {
+				t.Fatalf("A served %v after its loss, before its quarantine (≥ %v) ended", since, lossMaxTTL)
+			}
+			if l.Token <= top {
+				t.Fatalf("token %d after repair, want above %d", l.Token, top)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A was not back in service %v after its loss: %v", time.Since(lost), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// tokensOf reads the counter of resource's slot on srv.
+func tokensOf(t *testing.T, srv *redistest.Server, resource string) int64 {
+	t.Helper()
+	n := connect(t, srv)
+	c, err := n.Counters(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c[lockcore.FenceSlot(resource)]
+}
+
+// TestALaggingNodeCatchesUp: a node that missed grants while down is raised
+// to the current token by the first grant after its return, in the
+// background; unprotected it stays behind.
+func TestALaggingNodeCatchesUp(t *testing.T) {
+	for _, protect := range []bool{true, false} {
+		t.Run(map[bool]string{true: "protected", false: "unprotected"}[protect], func(t *testing.T) {
+			srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+			rl := lossRedlock(t, srvs, protect)
+			const res = "catch-up"
+			srvs[2].Kill()
+			for range 4 {
+				cycle(t, rl, res)
+			}
+			srvs[2].Restart()
+			tok := cycle(t, rl, res)
+			deadline := time.Now().Add(2 * time.Second)
+			for tokensOf(t, srvs[2], res) < tok && protect && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			got := tokensOf(t, srvs[2], res)
+			if protect != (got == tok) {
+				t.Fatalf("the returned node's counter is %d after token %d (protected: %v)", got, tok, protect)
+			}
+		})
+	}
+}
+
+// TestANodeBackFromAnOlderCopyIsQuarantined: A's data files are copied,
+// more grants follow, and A restarts from the old copy (a restore from
+// backup, or a disk that lost its last writes). It kept its marker, but its
+// heartbeat went back: it is quarantined, and with B paused nothing is
+// granted.
+func TestANodeBackFromAnOlderCopyIsQuarantined(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	a, b := srvs[0], srvs[1]
+	rl := lossRedlock(t, srvs, true)
+	const res = "older-copy"
+	cycle(t, rl, res)
+	old := filepath.Join(t.TempDir(), "aof")
+	if err := os.CopyFS(old, os.DirFS(filepath.Join(a.Dir(), "appendonlydir"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a few heartbeats after the copy
+	var top int64
+	for range 3 {
+		top = max(top, cycle(t, rl, res))
+	}
+	a.Kill()
+	if err := os.RemoveAll(filepath.Join(a.Dir(), "appendonlydir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(a.Dir(), "appendonlydir"), os.DirFS(old)); err != nil {
+		t.Fatal(err)
+	}
+	a.Restart()
+	b.Pause()
+	time.Sleep(200 * time.Millisecond) // several guard passes
+	l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+	b.Resume()
+	if err == nil {
+		t.Fatalf("granted %+v (after token %d) by A, back from an older copy, and C", l, top)
+	}
+	if !errors.Is(err, lockcore.ErrNoQuorum) {
+		t.Fatalf("err %v, want ErrNoQuorum", err)
+	}
+}
+
+// TestRestartsAndQuarantine: a node restarted from its own AOF synced on
+// every write lost nothing and serves again at once; one that syncs every
+// second may have lost its last writes and is quarantined.
+func TestRestartsAndQuarantine(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		fsync       string
+		quarantined bool
+	}{
+		{"appendfsync always: serves at once", "always", false},
+		{"appendfsync everysec: quarantined", "everysec", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true, Args: []string{"--appendfsync", tc.fsync}})
+			a, b := srvs[0], srvs[1]
+			rl := lossRedlock(t, srvs, true)
+			const res = "restarts"
+			top := cycle(t, rl, res)
+			a.Restart()
+			b.Pause()
+			defer b.Resume()
+			deadline := time.Now().Add(lossMaxTTL / 2)
+			var err error
+			for time.Now().Before(deadline) {
+				var l *lockcore.Lease
+				if l, err = rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second}); err == nil {
+					if tc.quarantined {
+						t.Fatalf("granted %+v by A, restarted without syncing every write, and C", l)
+					}
+					if l.Token <= top {
+						t.Fatalf("token %d after %d", l.Token, top)
+					}
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !tc.quarantined {
+				t.Fatalf("A, restarted from a complete AOF, did not serve within %v: %v", lossMaxTTL/2, err)
+			}
+		})
+	}
+}
