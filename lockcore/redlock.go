@@ -811,6 +811,9 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 // wrong with each other node (a *NodeError wrapping ErrQuarantined, a
 // refusal of writes, or the check's error).
 func (r *Redlock) Ready(ctx context.Context) error {
+	if err := r.guard.ready(ctx); err != nil {
+		return &QuorumError{Op: "check", Needed: r.quorum, Causes: []error{err}}
+	}
 	res := r.guard.check(ctx)
 	r.guard.report(res)
 	var causes []error

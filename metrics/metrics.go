@@ -37,9 +37,35 @@ type Metrics struct {
 	nodeErrors   *prometheus.CounterVec
 	quorum       *prometheus.CounterVec
 	fenced       prometheus.Counter
+	nodeState    *prometheus.GaugeVec
+	nodeRefusing *prometheus.GaugeVec
 }
 
-var _ lockcore.Observer = (*Metrics)(nil)
+var (
+	_ lockcore.Observer       = (*Metrics)(nil)
+	_ lockcore.HealthObserver = (*Metrics)(nil)
+)
+
+// nodeStates are the states lockgate_node_state has a series for.
+var nodeStates = []lockcore.NodeState{lockcore.NodeServing, lockcore.NodeUnreachable, lockcore.NodeRefusing,
+	lockcore.NodeLost, lockcore.NodeQuarantined, lockcore.NodeUninitialized}
+
+// NodeState implements lockcore.HealthObserver: lockgate_node_state is 1
+// for node's new state and 0 for the others, and lockgate_node_refusing is
+// 1 for the reason a refusing node gives (its other reasons are dropped).
+func (m *Metrics) NodeState(node string, state lockcore.NodeState, reason string) {
+	for _, s := range nodeStates {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.nodeState.WithLabelValues(node, string(s)).Set(v)
+	}
+	m.nodeRefusing.DeletePartialMatch(prometheus.Labels{"node": node})
+	if state == lockcore.NodeRefusing {
+		m.nodeRefusing.WithLabelValues(node, reason).Set(1)
+	}
+}
 
 // Operations and outcomes known in advance: their series exist (at 0) from
 // the start, so rate() and alerts work before the first occurrence.
@@ -69,7 +95,7 @@ func New() *Metrics {
 		}, []string{"op"}),
 		nodeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_node_call_duration_seconds",
-			Help:    "Latency of each call to one lock node (Redis master) by node and operation (acquire, extend, release, handoff, fence, inspect, ping), failed calls included.",
+			Help:    "Latency of each call to one lock node (Redis master) by node and operation (acquire, extend, release, handoff, fence, inspect, check), failed calls included.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1},
 		}, []string{"node", "op"}),
 		nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -78,14 +104,22 @@ func New() *Metrics {
 		}, []string{"node", "op", "kind"}),
 		quorum: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_quorum_failures_total",
-			Help: "Operations that ended because fewer than a quorum of nodes answered, by operation (acquire, fence, extend, release, inspect, ping).",
+			Help: "Operations that ended because fewer than a quorum of nodes answered, by operation (acquire, fence, extend, release, inspect, check, repair: a node repaired without a quorum of others in service).",
 		}, []string{"op"}),
+		nodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockgate_node_state",
+			Help: "1 for the state each lock node is in, 0 for the others: serving, unreachable, refusing (answers but refuses writes), lost (lost data it acknowledged; being quarantined), quarantined (out of service until repaired), uninitialized.",
+		}, []string{"node", "state"}),
+		nodeRefusing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockgate_node_refusing",
+			Help: "1 while a lock node refuses writes, with why: out of memory (maxmemory reached), persistence failing (MISCONF), read-only replica.",
+		}, []string{"node", "reason"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockgate_fence_writebacks_total",
 			Help: "Acquisitions whose fencing token fewer than a quorum of nodes already had, so the gateway raised the other nodes' counters before answering.",
 		}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.nodeDuration, m.nodeErrors, m.quorum, m.fenced,
+	m.reg.MustRegister(m.requests, m.duration, m.nodeDuration, m.nodeErrors, m.quorum, m.fenced, m.nodeState, m.nodeRefusing,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range lockOps {

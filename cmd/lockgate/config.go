@@ -34,6 +34,8 @@ type config struct {
 	// effective lists every setting's value (passwords masked) and where it
 	// came from, in the order of settings, for the startup log line.
 	effective []effective
+	// unprotected is set by LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (tests only).
+	unprotected bool
 }
 
 // effective is one setting as the gateway runs with it.

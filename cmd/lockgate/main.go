@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	log := zerolog.New(logOut).Level(level).With().Timestamp().Str("service", "lockgate").Logger()
 	logConfig(log, cfg)
 
+	cfg.unprotected = getenv(unprotectedEnv) == "1"
 	nodes, closeNodes, err := openNodes(cfg, log)
 	if err != nil {
 		return err
@@ -63,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	locker, err := lockcore.New(nodes, &lockcore.Options{
 		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
 		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
-		Observer: m,
+		Observer: nodeLog{m, log}, UnsafeNoLossProtection: unprotected(getenv, log),
 	})
 	if err != nil {
 		return err
@@ -132,7 +133,7 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 		}
 	}
 	for _, u := range cfg.Redis {
-		n, err := redisnode.New(u)
+		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: cfg.unprotected})
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("bad setting -redis (LOCKGATE_REDIS): %s: %w", redactURL(u), err)
@@ -145,6 +146,51 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 	}
 	log.Info().Int("nodes", len(nodes)).Int("quorum", len(nodes)/2+1).Msg("Redlock over independent Redis masters")
 	return nodes, closeAll, nil
+}
+
+// unprotectedEnv turns off the detection of nodes that lost data. It is for
+// the fault-injection suite, which shows what the protection prevents; it
+// is not a documented setting.
+const unprotectedEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
+
+// unprotected reads unprotectedEnv, and warns loudly when it is set.
+func unprotected(getenv func(string) string, log zerolog.Logger) bool {
+	if getenv(unprotectedEnv) != "1" {
+		return false
+	}
+	log.Warn().Str("env", unprotectedEnv).Msg("UNSAFE: data-loss protection is off; a node that loses its data " +
+		"can make fencing tokens repeat or go back. For fault-injection tests only")
+	return true
+}
+
+// nodeLog is the Observer the gateway gives lockcore: the metrics, and a
+// log line whenever a node's state changes, naming the cause.
+type nodeLog struct {
+	*metrics.Metrics
+	log zerolog.Logger
+}
+
+// NodeState implements lockcore.HealthObserver.
+func (o nodeLog) NodeState(node string, state lockcore.NodeState, reason string) {
+	o.Metrics.NodeState(node, state, reason)
+	ev := o.log.Warn()
+	if state == lockcore.NodeServing {
+		ev = o.log.Info()
+	}
+	ev = ev.Str("node", node).Str("state", string(state))
+	if reason != "" {
+		ev = ev.Str("reason", reason)
+	}
+	ev.Msg(nodeStateMessages[state])
+}
+
+var nodeStateMessages = map[lockcore.NodeState]string{
+	lockcore.NodeServing:       "lock node serving",
+	lockcore.NodeUnreachable:   "lock node not answering its check",
+	lockcore.NodeRefusing:      "lock node refuses writes: it does not count towards the quorum",
+	lockcore.NodeLost:          "lock node lost data it had acknowledged: quarantining it",
+	lockcore.NodeQuarantined:   "lock node quarantined: out of service until repaired, after the largest TTL",
+	lockcore.NodeUninitialized: "lock node holds no lockgate data yet",
 }
 
 // evenNodesWarning explains why n (even) nodes are a poor choice.

@@ -26,14 +26,14 @@ import (
 //     with every write synced loses nothing and is not a loss;
 //   - its quarantine began but not every slot was marked yet.
 //
-// A node that refuses the heartbeat's write answers with Refusing set and no
-// error. Checks of one Node run one at a time.
+// A node that refuses the heartbeat's write, or whose memory is within
+// memoryReserve of its maxmemory, answers with Refusing set and no error. Checks of one Node run one at a time.
 func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
 	pipe := n.rdb.Pipeline()
 	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
-	info := pipe.Info(ctx, "server")
+	info := pipe.Info(ctx, "server", "memory")
 	_, _ = pipe.Exec(ctx)
 	if err := info.Err(); err != nil {
 		return lockcore.NodeHealth{}, err
@@ -41,6 +41,9 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	res, err := chk.Result()
 	if reason := refusalReason(err); reason != "" {
 		return lockcore.NodeHealth{Initialized: true, Refusing: reason}, nil
+	}
+	if full(info.Val()) {
+		return lockcore.NodeHealth{Initialized: true, Refusing: "out of memory"}, nil
 	}
 	if err != nil {
 		return lockcore.NodeHealth{}, err
@@ -74,6 +77,30 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.lastBeat, n.runID = v[1], id
 	n.trusted.Store(n.protect != "1" || (h.Initialized && !h.Lost && !h.Quarantined))
 	return h, nil
+}
+
+// memoryReserve is how close to maxmemory a node may come before it counts
+// as full: with noeviction, Redis refuses every write that would grow memory
+// once used_memory is above maxmemory, which a few more locks reach.
+const memoryReserve = 64 << 10
+
+// full reports whether an INFO memory reply shows the node within
+// memoryReserve of its maxmemory (0: no limit).
+func full(info string) bool {
+	used, max := infoInt(info, "used_memory"), infoInt(info, "maxmemory")
+	return max > 0 && used+memoryReserve >= max
+}
+
+// infoInt reads an integer field of an INFO reply, or -1.
+func infoInt(info, field string) int64 {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // durable reports whether the server syncs every write to disk before it
