@@ -13,8 +13,8 @@
 //
 // # Redlock
 //
-// Acquire sends the node's acquire script to every node in parallel, each call
-// bounded by Options.NodeTimeout (far below any TTL). It succeeds when a
+// Acquire sends an acquisition to every node in parallel, each call bounded
+// by Options.NodeTimeout (far below any TTL). It succeeds when a
 // majority granted the lock and the validity left is positive:
 //
 //	validity = TTL − time spent acquiring − drift,  drift = TTL×DriftFactor + 2 ms
@@ -36,17 +36,26 @@
 // Every successful acquisition returns a fencing token: a positive integer
 // below 2^53 that is strictly greater than the token of any acquisition of the
 // same resource that completed before this one started, whichever gateway
-// replica served either and across gateway restarts. Each node keeps a
-// counter per resource that never expires. The argument:
+// replica served either and across gateway restarts. Tokens grow; they are
+// not dense.
 //
-//  1. The acquire script (and the hand-off script) increments the node's
+// Each node keeps one counter per slot (FenceSlots = 16384, the Redis Cluster
+// slots; FenceSlot maps a resource to its slot), not per resource: all
+// resources of a slot share its counter, so a node's memory is what its held
+// locks take plus a constant (the 16384 counters), however many names were
+// ever locked. A resource's lock and its slot's counter live in one Cluster
+// slot. The argument, per slot:
+//
+//  1. A node's acquisition (and its hand-off) increments the node's
 //     counter in the same atomic step that sets the lock, and returns the
 //     new value.
 //  2. The token t is the largest value returned by the granting nodes.
 //  3. Before answering, the gateway makes sure a majority of nodes hold a
 //     counter ≥ t: nodes that returned t already do; the others are raised with
 //     a set-if-greater script. When a majority of the granting nodes already
-//     returned t, no second round trip is needed.
+//     returned t, no second round trip is needed, and the nodes that answered
+//     lower, or did not answer, are raised in the background (catch-up), so
+//     that no node stays behind for good.
 //  4. A later acquisition is granted by a majority too. Any two majorities of
 //     the same N nodes share at least one node, and that node's counter is
 //     already ≥ t, so its increment returns > t, and the later token, the
@@ -57,17 +66,83 @@
 // maximum one majority returns can be below what another majority handed out
 // before. Step 3 is what closes that gap.
 //
+// # Nodes that lose their data
+//
+// Step 4 needs the shared node to still have its counter. A node that
+// restarts empty, or from an older copy of its data, breaks that: measured on
+// three nodes, one node lagging and another restarting empty was enough for a
+// token to go back from 8 to 4, and for a second holder to get the first
+// one's token while it still held the lock (see redisnode's dataloss tests,
+// which run both with the protection below turned off). The same node can
+// also grant a lock it had already granted to a live holder. So a node that
+// lost data must count for nothing until it is repaired:
+//
+//  5. Detection. A node keeps its counters only once initialized (Repair); a
+//     lock script that finds its slot's counter missing changes nothing and
+//     fails with ErrQuarantined, so a node that restarted empty refuses at
+//     once, whichever gateway asks. Every node also keeps a heartbeat that
+//     every check increments: a heartbeat lower than one a gateway saw before
+//     means the node went back to an older copy. A new server process behind
+//     the address makes the node untrusted until its next check, which
+//     accepts the restart only when the node syncs every write before
+//     answering (Redis: appendonly yes, appendfsync always): such a node lost
+//     nothing and is not quarantined. Node.Check reports all this.
+//  6. Quarantine. A node found lost is quarantined (Node.Quarantine): every
+//     lock operation on it fails with ErrQuarantined and changes nothing,
+//     for every gateway, since the mark is kept on the node, per slot.
+//  7. Repair. Once the quarantine has lasted longer than the largest TTL
+//     (MaxTTL, its drift allowance and a node timeout, on the node's own
+//     clock), the guard reads every slot's counter from a quorum of the
+//     other nodes in service, raises the node's counters to the maximum
+//     (Node.Repair) and puts it back. A quorum of the others shares a node
+//     with the majority of step 3 for every token granted so far, so the
+//     repaired node holds a counter ≥ every such token: it rejoins that
+//     majority. Any lock it had granted before the loss has expired by then,
+//     unless a quorum of the other nodes kept extending it, in which case
+//     every later quorum meets that lock anyway.
+//
+// Why this is enough: call S(t) the nodes in service whose counter is ≥ t,
+// and U all nodes in service. Fencing (step 3) makes |S(t)| ≥ quorum when t
+// is granted, so |U| − |S(t)| < quorum. Quarantining a lost node removes it
+// from U and from S(t) alike, so the difference stays; a repaired node joins
+// both. While |U| − |S(t)| < quorum, every quorum of nodes in service contains
+// a node of S(t), and step 4 holds. This is true however the losses move
+// from node to node over time, provided a majority of the nodes is up and
+// has not lost data since it was last repaired at every moment, and every
+// loss is detected (step 5) before the lost node's answers count.
+//
+// A new cluster, in which no node that answers was ever initialized (and at
+// least a quorum answers), is initialized at once with zero counters. When a
+// node must be repaired but fewer than a quorum of other nodes are in
+// service (one node alone, or a majority that lost data), its counters are
+// also raised to a floor from the wall clock (1000 per millisecond since
+// 1970), which keeps tokens growing as long as the clock did not go back
+// and fewer than 1000 grants per millisecond were made on one slot.
+//
 // # What is not guaranteed
 //
 // A lock with a TTL is advisory. A holder can pause (GC, swapping, a slow
 // network) past its TTL while another client acquires; nothing in any lock
 // service stops the paused holder from acting afterwards. Redlock also
-// assumes bounded clock drift between nodes and that a node does not restart
-// with an empty data set while a lock it granted is still live (run nodes with
-// AOF and appendfsync always, or keep a restarted node out for longer than
-// the largest TTL). If a node loses its counters (a restart without
-// persistence, FLUSHALL, eviction) a later token can repeat an earlier one;
-// use noeviction and persistence on every node.
+// assumes bounded clock drift between nodes. Beyond that:
+//
+//   - A majority of the nodes losing data at once is not survived: if none
+//     of the nodes that answer remembers being initialized, they look like a
+//     new cluster and tokens start again (unless this gateway saw them
+//     initialized, in which case they are quarantined and repaired from the
+//     clock floor).
+//   - A restore from an older copy is found only by a gateway that saw the
+//     node's heartbeat before (gateways remember it in memory); all
+//     gateways restarting together forget it.
+//   - Nodes that sync every second (appendfsync everysec) are quarantined
+//     after every restart, since they may have lost their last second; a
+//     server that refuses CONFIG GET counts as such. Nodes without
+//     persistence lose everything on a restart and are quarantined too.
+//   - A quarantine lasts the largest TTL (default 1h): keep MaxTTL as low as
+//     your holders allow, and run enough nodes to keep a quorum meanwhile.
+//   - With fewer than a quorum of nodes in service nothing is granted; a
+//     node that refuses writes (maxmemory reached with noeviction, a failing
+//     disk) does not count.
 //
 // The real safety is the fencing token checked by the storage that the lock
 // protects: storage that admits a write only when its token is at least the

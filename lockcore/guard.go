@@ -65,10 +65,12 @@ func newGuard(r *Redlock) *guard {
 }
 
 // ready makes the first pass over the nodes on first use, in the calling
-// goroutine and bounded by ctx, so that the first operations of a new
-// gateway find new nodes initialized; then it starts the loop. Later calls
-// return at once. It returns ctx's error if ctx ended during the first
-// pass (the next call makes it again).
+// goroutine, so that the first operations of a new gateway find new nodes
+// initialized; then it starts the loop. Later calls return at once. The
+// pass is not cut short by ctx (initializing a node takes thousands of
+// pipelined commands, which a request's deadline must not leave half
+// done), only bounded by the guard's own timeouts; ready returns ctx's
+// error if ctx ended meanwhile.
 func (g *guard) ready(ctx context.Context) error {
 	if g.started.Load() {
 		return nil
@@ -78,13 +80,10 @@ func (g *guard) ready(ctx context.Context) error {
 	if g.started.Load() || g.stopped() {
 		return nil
 	}
-	g.pass(ctx)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	g.pass(context.WithoutCancel(ctx))
 	g.started.Store(true)
 	go g.loop()
-	return nil
+	return ctx.Err()
 }
 
 func (g *guard) stopped() bool {

@@ -118,11 +118,11 @@ func TestNodeCallsSortErrors(t *testing.T) {
 			}
 		})
 	}
-	m.NodeCall("a:6379", "ping", time.Millisecond, nil)
-	if v := value(t, m, "lockgate_node_call_duration_seconds", "node", "a:6379", "op", "ping"); v != 1 {
+	m.NodeCall("a:6379", "check", time.Millisecond, nil)
+	if v := value(t, m, "lockgate_node_call_duration_seconds", "node", "a:6379", "op", "check"); v != 1 {
 		t.Errorf("ping latency samples %v, want 1", v)
 	}
-	if v := value(t, m, "lockgate_node_call_errors_total", "node", "a:6379", "op", "ping", "kind", "error"); v != 0 {
+	if v := value(t, m, "lockgate_node_call_errors_total", "node", "a:6379", "op", "check", "kind", "error"); v != 0 {
 		t.Errorf("a successful call counted an error: %v", v)
 	}
 	if v := value(t, m, "lockgate_node_call_errors_total", "node", "c:6379", "op", "release", "kind", "timeout"); v != 0 {
@@ -142,7 +142,7 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 	m.Waiters(func() int { return waiting })
 	m.QuorumFailed("acquire")
 	m.QuorumFailed("acquire")
-	m.QuorumFailed("ping")
+	m.QuorumFailed("check")
 	m.Fenced()
 	waiting = 7
 	for _, c := range []struct {
@@ -151,7 +151,7 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 		want   float64
 	}{
 		{"lockgate_quorum_failures_total", []string{"op", "acquire"}, 2},
-		{"lockgate_quorum_failures_total", []string{"op", "ping"}, 1},
+		{"lockgate_quorum_failures_total", []string{"op", "check"}, 1},
 		{"lockgate_quorum_failures_total", []string{"op", "fence"}, 0},
 		{"lockgate_fence_writebacks_total", nil, 1},
 		{"lockgate_waiters", nil, 7},

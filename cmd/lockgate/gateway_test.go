@@ -18,6 +18,7 @@ import (
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/internal/testlog"
+	"github.com/lockgate/lockgate/lockcore"
 )
 
 // gateway is run() serving on a free loopback port.
@@ -245,15 +246,17 @@ func TestMetricsFollowAScriptedSequence(t *testing.T) {
 		t.Fatalf("the waiter got %d, want 201", st)
 	}
 
-	// Counters that disagree: node 0 remembers token 10 for m3, the others
-	// nothing; the acquisition raises them (a fencing write-back).
+	// Counters that disagree: node 0's counter for m3's slot is 10 ahead of
+	// the others; the acquisition raises them (a fencing write-back).
 	rdb := redis.NewClient(&redis.Options{Addr: nodes[0].Addr()})
 	defer rdb.Close()
-	if err := rdb.Set(context.Background(), "lockgate:{m3}:fence", 10, 0).Err(); err != nil {
+	slotKey := "lockgate:{" + lockcore.SlotTag(lockcore.FenceSlot("m3")) + "}:tokens"
+	ahead, err := rdb.HIncrBy(context.Background(), slotKey, "n", 10).Result()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if a := g.do(t, "PUT", "/locks/m3", ""); a.status != 201 || a.header.Get(api.HeaderFencingToken) != "11" {
-		t.Fatalf("PUT m3: %d token %q, want 201 with token 11", a.status, a.header.Get(api.HeaderFencingToken))
+	if a := g.do(t, "PUT", "/locks/m3", ""); a.status != 201 || a.header.Get(api.HeaderFencingToken) != strconv.FormatInt(ahead+1, 10) {
+		t.Fatalf("PUT m3: %d token %q, want 201 with token %d", a.status, a.header.Get(api.HeaderFencingToken), ahead+1)
 	}
 
 	// Two of three nodes gone: no quorum.

@@ -36,7 +36,7 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	info := pipe.Info(ctx, "server", "memory")
 	_, _ = pipe.Exec(ctx)
 	if err := info.Err(); err != nil {
-		return lockcore.NodeHealth{}, err
+		return lockcore.NodeHealth{}, timedOut(ctx, err)
 	}
 	res, err := chk.Result()
 	if reason := refusalReason(err); reason != "" {

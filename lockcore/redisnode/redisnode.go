@@ -1,17 +1,38 @@
 // Package redisnode is a lockcore.Node on one Redis master (go-redis v9).
 //
 // Each operation is one Lua script, loaded once and run with EVALSHA (EVAL on
-// NOSCRIPT). Keys carry a hash tag around the resource,
-// lockgate:{resource}:lock and lockgate:{resource}:fence, so that a node can
-// later be a Redis Cluster: a script only touches keys of one slot.
+// NOSCRIPT), and never retried: a script whose reply was lost may have run,
+// and running it again would turn a grant into a re-entry or a release into
+// "not held" (go-redis's own retry is off; its pool drops a connection that
+// died with a restarted server before using it). Keys carry a hash tag, so
+// that a node can be a Redis Cluster: a script only touches keys of one
+// slot.
+//
+//   - lockgate:{resource}:lock, a hash (lease, tok, owner, ttl, by, x) that
+//     expires with the lock's TTL;
+//   - lockgate:{tag}:tokens, the fencing counter of one slot (hash fields n,
+//     and q while the node is quarantined), where tag is lockcore.SlotTag of
+//     the slot, so it lives in the Cluster slot of every resource it counts
+//     for. There are lockcore.FenceSlots of them, created when the node is
+//     initialized (Repair) and never removed: about 1.5 MB, whatever the
+//     number of names ever locked;
+//   - lockgate:{meta}:node, the node's heartbeat and quarantine record (see
+//     check.lua);
+//   - lockgate:{resource}:released, the pub/sub channel of releases.
+//
+// Every lock script starts with guard.lua: a slot whose counter is missing
+// (the node restarted empty, or was never initialized) or marked quarantined
+// changes nothing and fails with lockcore.ErrQuarantined. Check finds lost
+// data (see Node.Check) and a node that refuses writes; Quarantine, Counters
+// and Repair act on every slot in pipelines.
 //
 // Releases are announced by pub/sub: the release script publishes on the
-// resource's channel lockgate:{resource}:released in the same atomic step as
-// the DEL of the lock (the payload, the released token in decimal, is not
-// secret and watchers ignore it). A hand-off (handoff.lua) passes the lock
-// from its holder to the next waiter of the same gateway replica in one step
-// and publishes nothing, since the lock was never free; when it may not pass
-// the lock on it releases and publishes as the release script does.
+// resource's channel in the same atomic step as the DEL of the lock (the
+// payload, the released token in decimal, is not secret and watchers ignore
+// it). A hand-off (handoff.lua) passes the lock from its holder to the next
+// waiter of the same gateway replica in one step and publishes nothing, since
+// the lock was never free; when it may not pass the lock on it releases and
+// publishes as the release script does.
 //
 // Watches share one pub/sub connection per node (see hub.go). A release
 // published while that connection is down is never delivered, so once
@@ -19,15 +40,18 @@
 // notified as if a release had been heard. Watch never waits longer than its
 // context, even while go-redis redials an unreachable node.
 //
-// The fencing counter lockgate:{resource}:fence never expires. Run every node
-// with maxmemory-policy noeviction and AOF persistence (appendfsync always),
-// and never give a node replicas that can fail over: see package lockcore.
+// Run every node with maxmemory-policy noeviction and AOF persistence with
+// appendfsync always (a node that syncs less often is quarantined after every
+// restart), and never give a node replicas that can fail over: see package
+// lockcore.
 package redisnode
 
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,7 +214,7 @@ func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	}
 	info, err := cn.Info(ctx, "server").Result()
 	if err != nil {
-		return err // the connection is not used
+		return timedOut(ctx, err) // the connection is not used
 	}
 	id := runID(info)
 	n.mu.Lock()
@@ -366,7 +390,21 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 	if !n.trusted.Load() {
 		return nil, lockcore.ErrQuarantined
 	}
-	return res, err
+	return res, timedOut(ctx, err)
+}
+
+// timedOut makes a network timeout that ctx's deadline caused match
+// context.DeadlineExceeded, as lockcore and its observers expect of a node
+// that did not answer in time (go-redis reports the socket's "i/o timeout").
+func timedOut(ctx context.Context, err error) error {
+	var ne net.Error
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return errors.Join(context.DeadlineExceeded, err)
+	}
+	return err
 }
 
 // RaiseFence implements lockcore.Node with fence.lua.
@@ -402,4 +440,4 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 }
 
 // Ping implements lockcore.Node.
-func (n *Node) Ping(ctx context.Context) error { return n.rdb.Ping(ctx).Err() }
+func (n *Node) Ping(ctx context.Context) error { return timedOut(ctx, n.rdb.Ping(ctx).Err()) }

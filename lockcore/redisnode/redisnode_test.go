@@ -96,7 +96,7 @@ func TestADeadNodeAnswersAtOnce(t *testing.T) {
 // round releases at once and again 5 ms later, which an UNSUBSCRIBE sent
 // late would silence, and the rounds are 0 to 2 ms apart.
 func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
-	srv := redistest.Start(t, nil)
+	srv := redistest.Start(t, &redistest.Options{AOF: true}) // restarts keep the node's data
 	n := newNode(t, srv)
 	ctx := context.Background()
 	const resource = "heard"
@@ -148,6 +148,11 @@ func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
 	for round := range 150 {
 		if round == 50 || round == 100 {
 			srv.Restart()
+			// A new server process: the node serves again once a check
+			// (lockcore's guard makes them) finds its data whole.
+			if h, err := n.Check(ctx); err != nil || h.Lost || !h.Initialized {
+				t.Fatalf("check after a restart from AOF: %+v, %v", h, err)
+			}
 		}
 		a := make(chan struct{}, 1)
 		stopA := watch(round, a)
