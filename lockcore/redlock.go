@@ -186,6 +186,8 @@ type Lease struct {
 	// retry) and false for a new holder.
 	Reentered bool
 	Owner     string
+
+	minted bool // the lease id was minted for this acquisition
 }
 
 // ExtendRequest extends a held lock.
@@ -456,7 +458,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 	}
 	return &Lease{
 		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
-		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner,
+		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner, minted: req.minted,
 	}, nil
 }
 
@@ -518,7 +520,8 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 }
 
 // undoAcquire releases what a failed attempt may have taken, so that it does
-// not block others until its TTL runs out:
+// not block others until its TTL runs out (a minted lease's releases that
+// fail are tried again in the background, see retryUndo):
 //   - every node that granted this attempt (it was free before);
 //   - when the lease id was minted for this attempt, also every node that did
 //     not answer, which may have granted it unheard: such a lease holds
@@ -549,6 +552,47 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 		return n.Release(ctx, req.Resource, req.LeaseID)
 	})
 	r.waits.announce(req.Resource, released(results))
+	if req.minted {
+		var again []bool
+		for i, res := range results {
+			again = append(again, undo[i] && res.err != nil)
+		}
+		if slices.Contains(again, true) {
+			go r.retryUndo(req.Resource, req.LeaseID, again, req.TTL)
+		}
+	}
+}
+
+// retryUndo keeps releasing a minted lease's copies on the nodes marked in
+// again, whose release failed (a lost answer, a cut connection), until each
+// answers or the lease's TTL has run out anyway: otherwise a failed attempt
+// could leave a lock held on a majority that nobody knows of. Only a minted
+// lease may be released late: nobody else can hold it, while a client that
+// chose its lease id may have acquired with it meanwhile. It stops when the
+// Redlock is closed.
+func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Duration) {
+	deadline := time.Now().Add(ttl)
+	wait := 50 * time.Millisecond
+	for slices.Contains(again, true) && time.Now().Add(wait).Before(deadline) {
+		t := time.NewTimer(wait)
+		select {
+		case <-r.guard.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+		results := r.fanout(context.Background(), func(ctx context.Context, i int, n Node) (NodeReply, error) {
+			if !again[i] {
+				return NodeReply{Status: StatusAbsent}, nil
+			}
+			return n.Release(ctx, resource, lease)
+		})
+		for i, res := range results {
+			again[i] = again[i] && res.err != nil
+		}
+		r.waits.announce(resource, released(results))
+	}
 }
 
 // released returns the set of nodes whose release succeeded, as a bit mask.
@@ -727,6 +771,20 @@ func (r *Redlock) verdict(op, resource string, t tally) error {
 	default:
 		return ErrNotHeld
 	}
+}
+
+// ended returns ctx's error, or context.DeadlineExceeded once its deadline
+// has passed even if its timer has not fired yet: a node's socket deadline,
+// set from the same deadline, can end a call first, and a lease must not
+// be given to a caller whose deadline has passed.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func withCtx(ctx context.Context, err error) error {

@@ -598,9 +598,9 @@ func splitPause(n int) time.Duration {
 // request) is not released: the caller may still count on its earlier
 // answer, and its lock stays as it was, with the TTL refreshed.
 func (r *Redlock) handOver(ctx context.Context, lease *Lease, err error) (*Lease, error) {
-	if err == nil && ctx.Err() != nil {
+	if cerr := ended(ctx); err == nil && cerr != nil {
 		r.abandon(lease)
-		return nil, ctx.Err()
+		return nil, cerr
 	}
 	return lease, err
 }
@@ -614,7 +614,18 @@ func (r *Redlock) abandon(l *Lease) {
 }
 
 // releaseAbandoned releases a lease acquired for a caller that has gone.
+//
+// A minted lease is released again in the background (see retryUndo) until
+// every node has answered: its copy on a node whose answer was lost would
+// otherwise stay until its TTL runs out.
 func (r *Redlock) releaseAbandoned(l *Lease) {
 	ctx := context.Background()
 	_ = r.Release(ctx, ReleaseRequest{Resource: l.Resource, LeaseID: l.ID})
+	if l.minted {
+		all := make([]bool, len(r.nodes))
+		for i := range all {
+			all[i] = true
+		}
+		go r.retryUndo(l.Resource, l.ID, all, l.Validity)
+	}
 }

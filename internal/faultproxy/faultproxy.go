@@ -25,6 +25,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	delay  time.Duration
 	drop   bool
+	once   bool // drop is turned off after one reply
 	conns  map[*pair]struct{}
 	closed bool
 	wg     sync.WaitGroup
@@ -77,6 +78,15 @@ func (p *Proxy) SetDropReplies(on bool) {
 	p.mu.Unlock()
 }
 
+// DropNextReply swallows the next reply only (the command ran; its
+// connection is closed), then forwards again: a reply lost once, after
+// which a client that sends the command again would be answered.
+func (p *Proxy) DropNextReply() {
+	p.mu.Lock()
+	p.drop, p.once = true, true
+	p.mu.Unlock()
+}
+
 // Cut closes every connection open now and returns how many it closed. New
 // connections are accepted as before.
 func (p *Proxy) Cut() int {
@@ -96,7 +106,7 @@ func (p *Proxy) Cut() int {
 // Heal turns every fault off (no delay, no dropped replies).
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	p.delay, p.drop = 0, false
+	p.delay, p.drop, p.once = 0, false, false
 	p.mu.Unlock()
 }
 
@@ -169,6 +179,9 @@ func (p *Proxy) replies(pr *pair) {
 		if n > 0 {
 			p.mu.Lock()
 			delay, drop := p.delay, p.drop
+			if drop && p.once {
+				p.drop, p.once = false, false
+			}
 			p.mu.Unlock()
 			if drop {
 				p.dropped.Add(1)

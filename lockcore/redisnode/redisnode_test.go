@@ -33,7 +33,14 @@ func newNode(t testing.TB, srv *redistest.Server) *redisnode.Node {
 // connect connects a Node to srv, as it is, and closes it when t ends.
 func connect(t testing.TB, srv *redistest.Server) *redisnode.Node {
 	t.Helper()
-	n, err := redisnode.New(srv.URL())
+	return connectURL(t, srv.URL())
+}
+
+// connectURL connects a Node to the server at url and closes it when t
+// ends.
+func connectURL(t testing.TB, url string) *redisnode.Node {
+	t.Helper()
+	n, err := redisnode.New(url)
 	if err != nil {
 		t.Fatal(err)
 	}
