@@ -198,7 +198,8 @@ func (r *Room[Q, L]) Wait(ctx context.Context, req Request[Q]) Outcome[L] {
 // join adds a waiter at the tail of its queue, creating the queue (and
 // subscribing to the resource) when it is the first. The subscriptions are
 // in place before the waiter's first attempt in the queue, so a release
-// after the attempt that sent it here is not missed.
+// after the attempt that sent it here is not missed. It returns Tried when
+// the waiter joined, or why it could not (Closed, TooMany).
 func (r *Room[Q, L]) join(ctx context.Context, req Request[Q], deadline, holderExpires time.Time) (*waiter[Q, L], End) {
 	r.mu.Lock()
 	switch {
