@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,11 +43,11 @@ func (o *opsObserver) take() map[string]int {
 // handOffCase parks one waiter behind a holder and releases the holder
 // through rl, returning what the waiter got and the node calls the release
 // and the waiter made from the release on.
-func handOffCase(t *testing.T, c *cluster, obs *opsObserver, releaser *lockcore.Redlock, holder *lockcore.Lease) (acquired, map[string]int) {
+func handOffCase(t *testing.T, c *waitCluster, obs *opsObserver, releaser *lockcore.Redlock, holder *lockcore.Lease) (acquired, map[string]int) {
 	t.Helper()
 	out := make(chan acquired, 1)
 	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: holder.Resource, LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	obs.take()
 	mustRelease(t, releaser, holder)
 	r := next(t, out, wakeBound)
@@ -61,11 +60,11 @@ func handOffCase(t *testing.T, c *cluster, obs *opsObserver, releaser *lockcore.
 	return r, obs.take()
 }
 
-func TestReleaseHandsTheLockToTheHeadOfTheQueue(t *testing.T) {
+func testReleaseHandsTheLockToTheHeadOfTheQueue(t *testing.T, b backend) {
 	// The release passes the lock to the waiting head in the same node
 	// calls: the head makes no acquire round of its own.
 	obs := &opsObserver{}
-	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
+	c := newWaitCluster(t, b, 3, &lockcore.Options{Observer: obs}, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "pass", TTL: holdTTL})
 	r, ops := handOffCase(t, c, obs, c.rl, holder)
 	if want := map[string]int{"handoff": 3}; !maps.Equal(ops, want) {
@@ -78,7 +77,7 @@ func TestReleaseHandsTheLockToTheHeadOfTheQueue(t *testing.T) {
 	}
 }
 
-func TestHandOffTokensFollowTheFencingRule(t *testing.T) {
+func testHandOffTokensFollowTheFencingRule(t *testing.T, b backend) {
 	// Node 2's counter ran ahead (an acquisition only it granted, whose
 	// token nobody was given). The next holder's token must be above every
 	// token a holder was given; it is the highest any node stores for the
@@ -86,7 +85,7 @@ func TestHandOffTokensFollowTheFencingRule(t *testing.T) {
 	// at least that high. Node 2 answers last: the head is answered only
 	// once it has, since it is the one that grants the highest token.
 	obs := &opsObserver{}
-	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
+	c := newWaitCluster(t, b, 3, &lockcore.Options{Observer: obs}, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "drift", TTL: holdTTL})
 	if err := c.raw[2].RaiseFence(context.Background(), "drift", "someone-else-0123456789", holder.Token+50); err != nil {
 		t.Fatal(err)
@@ -108,16 +107,16 @@ func TestHandOffTokensFollowTheFencingRule(t *testing.T) {
 	}
 }
 
-func TestAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting(t *testing.T) {
+func testAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting(t *testing.T, b backend) {
 	// A stale release (a retry, another lease) claims the head but frees
 	// nothing, even with a majority of nodes failing: the head goes on
 	// waiting as before, nothing is undone, and the holder keeps its lock.
 	obs := &opsObserver{}
-	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
+	c := newWaitCluster(t, b, 3, &lockcore.Options{Observer: obs}, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "stale", TTL: holdTTL})
 	out := make(chan acquired, 1)
 	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "stale", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	c.down(true, 0, 1)
 	obs.take()
 	err := c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "stale", LeaseID: "stale-lease-0123456789"})
@@ -139,9 +138,9 @@ func TestAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting(t *testing.T) {
 	}
 }
 
-func TestHandOffWithAMinorityDown(t *testing.T) {
+func testHandOffWithAMinorityDown(t *testing.T, b backend) {
 	obs := &opsObserver{}
-	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
+	c := newWaitCluster(t, b, 3, &lockcore.Options{Observer: obs}, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "minority", TTL: holdTTL})
 	c.down(true, 0)
 	r, _ := handOffCase(t, c, obs, c.rl, holder)
@@ -156,34 +155,38 @@ func TestHandOffWithAMinorityDown(t *testing.T) {
 	}
 }
 
-func TestAReleaseThroughAnotherReplicaWakesTheHeadInstead(t *testing.T) {
+func testAReleaseThroughAnotherReplicaWakesTheHeadInstead(t *testing.T, b backend) {
 	// The lock was granted through replica b and is released through it,
 	// while the waiter queues on replica a: the nodes release without
 	// passing the lock on (it was not granted for a), and a's head, woken
 	// by the nodes' announcements, acquires by itself.
 	obs := &opsObserver{}
-	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
-	b := c.replica(t, nil)
-	holder := mustAcquire(t, b, lockcore.AcquireRequest{Resource: "elsewhere", TTL: holdTTL})
-	_, ops := handOffCase(t, c, obs, b, holder)
+	c := newWaitCluster(t, b, 3, &lockcore.Options{Observer: obs}, false)
+	rb := c.replica(t, nil)
+	holder := mustAcquire(t, rb, lockcore.AcquireRequest{Resource: "elsewhere", TTL: holdTTL})
+	_, ops := handOffCase(t, c, obs, rb, holder)
 	if ops["acquire"] != 3 || ops["handoff"] != 0 {
 		t.Fatalf("replica a's node calls after the release: %v; want its own acquire round (3)", ops)
 	}
 }
 
-func TestAHandOffRefusedOnAQuorumLetsTheHeadTry(t *testing.T) {
+func testAHandOffRefusedOnAQuorumLetsTheHeadTry(t *testing.T, b backend) {
 	// The lock was granted through replica a, but released through a's
 	// replica twin b, which has a head of its own: b's hand-off is refused
 	// (granted for another replica), so b's head tries by itself and wins.
 	obs := &opsObserver{}
-	c := newCluster(t, 3, nil, nil)
-	b := c.replica(t, &lockcore.Options{Observer: obs})
+	c := newWaitCluster(t, b, 3, nil, false)
+	rb := c.replica(t, &lockcore.Options{Observer: obs})
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "twin", TTL: holdTTL})
 	out := make(chan acquired, 1)
-	startWaiter(context.Background(), b, 0, lockcore.AcquireRequest{Resource: "twin", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	startWaiter(context.Background(), rb, 0, lockcore.AcquireRequest{Resource: "twin", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
+	c.parked(t, 1)
 	obs.take()
-	mustRelease(t, b, holder)
+	mustRelease(t, rb, holder)
+	// The refusal marked the lock wanted by another replica, so rb's head
+	// yields before it tries.
+	c.parked(t, 1)
+	c.clock.Advance(time.Second)
 	r := next(t, out, wakeBound)
 	if r.err != nil || r.lease.Token <= holder.Token {
 		t.Fatalf("waiter: %+v, %v", r.lease, r.err)
@@ -193,7 +196,7 @@ func TestAHandOffRefusedOnAQuorumLetsTheHeadTry(t *testing.T) {
 	}
 }
 
-func TestAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T) {
+func testAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T, b backend) {
 	// Replica a has three contenders that hold for 1ms and ask again at
 	// once, so its queue is never empty; replica b has one. Were a to pass
 	// the lock among its own waiters forever, b would wait for the TTL (30s)
@@ -201,8 +204,11 @@ func TestAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T) {
 	// the next release is not passed on within a, and a's head lets b's try
 	// first. Nor may b's contender, asking again right after its release,
 	// take the lock back ahead of a's waiters.
-	c := newCluster(t, 3, nil, nil)
-	b := c.replica(t, nil)
+	// The clock runs through yields (3 ms) as they come; everything else
+	// here is far off.
+	c := newWaitCluster(t, b, 3, nil, false)
+	c.drive(t)
+	rb := c.replica(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -232,7 +238,7 @@ func TestAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T) {
 	for range 3 {
 		go contend("a", c.rl)
 	}
-	go contend("b", b)
+	go contend("b", rb)
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
@@ -243,41 +249,62 @@ func TestAQueueOnOneReplicaDoesNotStarveAnother(t *testing.T) {
 	}
 }
 
-func TestAClaimedHeadSleepsUntilTheHandOffEnds(t *testing.T) {
-	// The head's retry time (the holder's expiry) passes while a slow
-	// hand-off to it is under way. It must sleep until the hand-off answers,
-	// not loop: measured as the process's CPU time over that stretch.
-	c := newCluster(t, 3, nil, nil) // MinTTL 1s
-	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow", TTL: time.Second})
+func testAClaimedHeadSleepsUntilTheHandOffEnds(t *testing.T, b backend) {
+	// The head's retry time (the holder's expiry, as its attempt learnt
+	// it) passes while a hand-off to it is under way. It must not try by
+	// itself, nor loop: it wakes once, for the retry time, and sleeps again
+	// until its deadline, unless the hand-off's answer wakes it first. The
+	// nodes' locks run on real time here, so the holder's lock is still
+	// there to hand off when the clock has passed its TTL.
+	c := newWaitCluster(t, b, 3, nil, true)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow", TTL: holdTTL})
 	out := make(chan acquired, 1)
-	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "slow", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
-	time.Sleep(time.Until(holder.Expires.Add(-200 * time.Millisecond)))
-	for _, n := range c.nodes {
-		n.SetDelay(500 * time.Millisecond) // the hand-off outlasts the holder's TTL
+	const wait = time.Minute
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "slow", LeaseID: waiterLease(0), TTL: holdTTL, Wait: wait}, out)
+	c.parked(t, 1)
+	if s := c.clock.Sleepers(); len(s) != 1 || !s[0].Before(fakeStart.Add(wait)) {
+		t.Fatalf("the head sleeps until %v; want the holder's expiry, before its deadline", s)
 	}
-	before := cpuTime(t)
-	start := time.Now()
-	_ = c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "slow", LeaseID: holder.ID})
+
+	// The hand-off stops in the nodes until the gate opens.
+	gate := make(chan struct{})
+	reached := make(chan struct{}, len(c.nodes))
 	for _, n := range c.nodes {
-		n.SetDelay(0)
+		n.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+			if req.Lease == waiterLease(0) {
+				reached <- struct{}{}
+				<-gate
+			}
+		})
 	}
-	cpu, wall := cpuTime(t)-before, time.Since(start)
-	if r := next(t, out, wakeBound); r.err != nil {
+	released := make(chan error, 1)
+	go func() {
+		released <- c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "slow", LeaseID: holder.ID})
+	}()
+	for range c.nodes {
+		<-reached // the head is claimed and the hand-off under way
+	}
+	calls, timers := c.nodes[0].Acquires(), c.clock.TimersSet()
+	c.clock.Advance(holdTTL + time.Second) // the head's retry time passes
+	c.parked(t, 1)
+	if s := c.clock.Sleepers(); len(s) != 1 || !s[0].Equal(fakeStart.Add(wait)) {
+		t.Fatalf("the claimed head sleeps until %v, want its deadline %v", s, fakeStart.Add(wait))
+	}
+	if n := c.clock.TimersSet() - timers; n != 1 {
+		t.Fatalf("the claimed head went to sleep %d times after its retry time passed, want once", n)
+	}
+	if n := c.nodes[0].Acquires() - calls; n != 0 {
+		t.Fatalf("the claimed head made %d acquisitions of its own during the hand-off", n)
+	}
+	close(gate)
+	if err := <-released; err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	r := next(t, out, wakeBound)
+	if r.err != nil {
 		t.Fatalf("waiter: %v", r.err)
 	}
-	t.Logf("CPU %v over %v of hand-off", cpu, wall)
-	if cpu > wall/4 {
-		t.Fatalf("the process used %v of CPU during a %v hand-off: the claimed head is spinning", cpu, wall)
+	if r.lease.Token <= holder.Token {
+		t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
 	}
-}
-
-// cpuTime is the CPU time (user + system) the test process has used.
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -49,9 +49,7 @@ func (r *Redlock) quorumFailed(err error) {
 // Waiting returns the number of Acquire calls waiting for a held lock on this
 // Redlock at this moment.
 func (r *Redlock) Waiting() int {
-	r.waits.mu.Lock()
-	defer r.waits.mu.Unlock()
-	return r.waits.total
+	return r.waits.room.Waiting()
 }
 
 // observeNodes returns nodes whose calls are reported to o, or nodes itself

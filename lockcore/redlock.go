@@ -11,15 +11,25 @@ import (
 	"time"
 )
 
-// Clock tells time. Elapsed time is measured as Now().Sub(start), which uses
-// Go's monotonic clock for the real clock; tests inject a fake.
+// Clock tells time and sets timers, for everything a Redlock times:
+// validity, retry hints, and every wait (its deadline, the retries of a
+// waiting Acquire, its pauses). Elapsed time is measured as
+// Now().Sub(start), which uses Go's monotonic clock for the real clock;
+// tests inject a fake (nodetest.Clock). Node calls are bounded by
+// Options.NodeTimeout in real time whatever the clock.
 type Clock interface {
 	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed on this
+	// clock (at once when d <= 0), unless stop is called first; stop
+	// reports whether it prevented the call.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // Options tune a Redlock. A nil *Options or a zero field means the default
 // documented on the field.
@@ -38,7 +48,8 @@ type Options struct {
 	// MaxWaiters bounds the Acquire calls waiting at once on this Redlock;
 	// past it Acquire returns ErrTooManyWaiters. Default 10000.
 	MaxWaiters int
-	// Clock is the time source. Default: the real clock.
+	// Clock is the time source of validity, retry hints and waits, and
+	// the timers of waits. Default: the real clock.
 	Clock Clock
 	// Observer is told of node calls, quorum failures and fencing
 	// write-backs, for metrics, and of node state changes if it is a
@@ -747,9 +758,7 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	if err != nil && wanted(results) {
 		r.waits.yield(req.Resource)
 	}
-	if abandoned := r.waits.deliver(next, lease, err, freed != 0); abandoned != nil {
-		r.abandon(abandoned)
-	}
+	r.waits.deliver(next, lease, err, freed != 0) // a lease for a waiter that left is released
 	r.waits.announce(req.Resource, freed)
 	t := count(results, StatusOK)
 	if err := r.verdict("release", req.Resource, t); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -12,53 +11,138 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
-// waitingAcquire is Acquire under a name that goroutine dumps show, so that
-// tests can tell when a waiter has joined its queue and gone to sleep.
-//
-//go:noinline
-func waitingAcquire(ctx context.Context, rl *lockcore.Redlock, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
-	return rl.Acquire(ctx, req)
+// The waiting suite runs every Redlock of a test on one fake clock
+// (nodetest.Clock): a waiter's deadline, its retries and its pauses move
+// only when the test advances the clock, and a waiter that sleeps has
+// exactly one timer set on it, which is how a test knows it has joined its
+// queue and gone to sleep. The suite runs on in-memory nodes, whose locks
+// expire on the same fake clock, and again on redis-server
+// (TestWaitingOnRedis), whose locks expire in real time.
+
+// backend makes the nodes of a waiting test's cluster.
+type backend struct {
+	// node returns node i; nodeNow, when not nil, is the clock that expires
+	// its locks (a backend on real time ignores it).
+	node func(t testing.TB, i int, nodeNow func() time.Time) lockcore.Node
+	// realTime: the nodes' locks expire in real time, whatever clock the
+	// test gives.
+	realTime bool
+}
+
+// memNodes is the in-memory backend.
+var memNodes = backend{node: func(_ testing.TB, i int, nodeNow func() time.Time) lockcore.Node {
+	return memnode.New(&memnode.Options{Name: fmt.Sprintf("node-%c", 'A'+i), Now: nodeNow})
+}}
+
+// waitCluster is a cluster whose Redlocks (c.rl and every replica) share
+// one fake clock.
+type waitCluster struct {
+	*cluster
+	clock *nodetest.Clock
+	b     backend
+}
+
+// newWaitCluster builds n nodes of backend b and a Redlock over them on a
+// fake clock, which also expires the nodes' locks unless realNodes is set
+// or the backend runs on real time. Options as for newCluster.
+func newWaitCluster(t testing.TB, b backend, n int, opts *lockcore.Options, realNodes bool) *waitCluster {
+	t.Helper()
+	wc := &waitCluster{cluster: &cluster{}, clock: nodetest.NewClock(fakeStart), b: b}
+	var nodeNow func() time.Time
+	if !realNodes && !b.realTime {
+		nodeNow = wc.clock.Now
+	}
+	for i := range n {
+		raw := b.node(t, i, nodeNow)
+		wc.raw = append(wc.raw, raw)
+		wc.nodes = append(wc.nodes, nodetest.NewFaulty(raw))
+	}
+	wc.rl = wc.replica(t, opts)
+	return wc
+}
+
+// replica returns another Redlock over the same nodes, on the same clock.
+func (wc *waitCluster) replica(t testing.TB, opts *lockcore.Options) *lockcore.Redlock {
+	t.Helper()
+	return wc.cluster.replica(t, wc.options(opts))
+}
+
+// options returns opts with the cluster's clock.
+func (wc *waitCluster) options(opts *lockcore.Options) *lockcore.Options {
+	o := lockcore.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Clock = wc.clock
+	return &o
+}
+
+// parked waits until exactly n waiters sleep (on every Redlock of the
+// cluster), failing t after 10 s of real time.
+func (wc *waitCluster) parked(t testing.TB, n int) {
+	t.Helper()
+	if !wc.clock.WaitSleepers(n, 10*time.Second) {
+		t.Fatalf("%d waiters asleep after 10s, want %d", len(wc.clock.Sleepers()), n)
+	}
+}
+
+// pass lets d go by for the waiters and the nodes' locks: on the fake clock,
+// and first in real time too when the nodes' locks expire in real time.
+func (wc *waitCluster) pass(d time.Duration) {
+	if wc.b.realTime {
+		time.Sleep(d)
+	}
+	wc.clock.Advance(d)
+}
+
+// drive, until t ends, moves the clock to the next timer whenever one is
+// set within 2 s of now: pauses after split votes, yields and short waits
+// run their course, while a waiter that missed a release sleeps until the
+// holder's TTL (30 s) and the test fails.
+func (wc *waitCluster) drive(t testing.TB) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(done); <-stopped })
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if s := wc.clock.Sleepers(); len(s) > 0 {
+				if d := s[0].Sub(wc.clock.Now()); d <= 2*time.Second {
+					wc.clock.Advance(max(d, 0))
+				}
+			}
+		}
+	}()
 }
 
 type acquired struct {
 	i     int
 	lease *lockcore.Lease
 	err   error
-	at    time.Time
 }
 
 // startWaiter runs a waiting Acquire in a goroutine and reports on out.
 func startWaiter(ctx context.Context, rl *lockcore.Redlock, i int, req lockcore.AcquireRequest, out chan<- acquired) {
 	go func() {
-		l, err := waitingAcquire(ctx, rl, req)
-		out <- acquired{i: i, lease: l, err: err, at: time.Now()}
+		l, err := rl.Acquire(ctx, req)
+		out <- acquired{i: i, lease: l, err: err}
 	}()
 }
 
-// parkedWaiters counts goroutines inside waitingAcquire that sleep in a
-// select. A waiter sleeps only once it is in its queue (before that it can
-// only wait for a mutex, or for its nodes while it is the head).
-func parkedWaiters() int {
-	return goroutines.Count(" [select", "lockcore_test.waitingAcquire(")
-}
-
-// waitParked waits until at least n waiters sleep in their queues.
-func waitParked(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for parkedWaiters() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters parked after 10s, want %d", parkedWaiters(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// next returns the next result from out, failing t if none comes within d.
+// next returns the next result from out, failing t if none comes within d
+// of real time.
 func next(t *testing.T, out <-chan acquired, d time.Duration) acquired {
 	t.Helper()
 	select {
@@ -70,11 +154,21 @@ func next(t *testing.T, out <-chan acquired, d time.Duration) acquired {
 	}
 }
 
+// none fails t if a result is waiting on out.
+func none(t *testing.T, out <-chan acquired) {
+	t.Helper()
+	select {
+	case r := <-out:
+		t.Fatalf("waiter %d returned early: lease %+v, err %v", r.i, r.lease, r.err)
+	default:
+	}
+}
+
 func waiterLease(i int) string { return fmt.Sprintf("lease-waiter-%03d-0123456789", i) }
 
 // The TTL of a lock that waiters are meant to be woken from by a release,
-// and the wait: a waiter that is not woken fails after the wait with
-// *TakenError, much later than the bound within which it must succeed.
+// and the wait, on the fake clock: a waiter that is not woken sleeps until
+// the test fails after wakeBound of real time.
 const (
 	holdTTL   = 30 * time.Second
 	longWait  = 25 * time.Second
@@ -97,14 +191,56 @@ func mustRelease(t *testing.T, rl *lockcore.Redlock, l *lockcore.Lease) {
 	}
 }
 
-func TestWaitersAreServedInArrivalOrder(t *testing.T) {
-	c := newCluster(t, 3, nil, nil)
+// waitingSuite is every test of waiting, by backend.
+var waitingSuite = []struct {
+	name string
+	run  func(*testing.T, backend)
+}{
+	{"FIFO order", testWaitersAreServedInArrivalOrder},
+	{"wakes on release", testWaiterWakesOnRelease},
+	{"wakes on expiry", testWaiterWakesOnExpiry},
+	{"timeout hint is the TTL left then", testWaitRunsOutWithTheHoldersRemainingTTLAtThatMoment},
+	{"timeout gives TakenError", testWaitRunsOutWithTakenError},
+	{"a wait ends on its clock", testAWaitEndsWhenItsClockSaysSo},
+	{"a waiter that leaves does not block", testWaiterThatLeavesDoesNotBlockTheQueue},
+	{"a caller gone as it acquires leaves no lock", testWaiterCanceledAsItAcquiresReleasesTheLock},
+	{"too many waiters", testTooManyWaiters},
+	{"Close ends waits", testCloseEndsWaits},
+	{"no lost wake-up", testNoLostWakeup},
+	{"no lost wake-up during the attempt", testNoLostWakeupWhenReleasedDuringTheAttempt},
+	{"no spin with a free minority", testWaiterDoesNotSpinWhileAMinorityIsFree},
+	{"no spin across two replicas", testWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree},
+	{"a stampede does not stall", testStampedeOnAFreeLockDoesNotStall},
+	{"a holder's retry is answered", testARetryByTheHolderIsAnsweredNotQueued},
+	{"an abandoned retry keeps the lock", testAHolderWhoseRetryIsAbandonedKeepsItsLock},
+	{"a deaf queue recovers", testAQueueWhoseFirstSubscriptionFailedHearsReleasesLater},
+	{"a wait that ran out while joining does not try", testAWaitThatRanOutWhileJoiningDoesNotTry},
+	{"a wait that ran out while resubscribing does not try", testAWaitThatRanOutWhileResubscribingDoesNotTry},
+	{"a release hands the lock to the head", testReleaseHandsTheLockToTheHeadOfTheQueue},
+	{"a hand-off's token follows the fencing rule", testHandOffTokensFollowTheFencingRule},
+	{"a hand-off with a minority down", testHandOffWithAMinorityDown},
+	{"a stale release leaves the head waiting", testAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting},
+	{"a release through another replica wakes the head", testAReleaseThroughAnotherReplicaWakesTheHeadInstead},
+	{"a refused hand-off lets the head try", testAHandOffRefusedOnAQuorumLetsTheHeadTry},
+	{"no replica starves another", testAQueueOnOneReplicaDoesNotStarveAnother},
+	{"a claimed head sleeps until the hand-off ends", testAClaimedHeadSleepsUntilTheHandOffEnds},
+}
+
+// TestWaiting runs the waiting suite on in-memory nodes.
+func TestWaiting(t *testing.T) {
+	for _, tc := range waitingSuite {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, memNodes) })
+	}
+}
+
+func testWaitersAreServedInArrivalOrder(t *testing.T, b backend) {
+	c := newWaitCluster(t, b, 3, nil, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "fifo", TTL: holdTTL})
 	const n = 6
 	out := make(chan acquired, n)
 	for i := range n {
 		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: "fifo", LeaseID: waiterLease(i), TTL: holdTTL, Wait: longWait}, out)
-		waitParked(t, i+1) // i has joined before i+1 arrives
+		c.parked(t, i+1) // i has joined before i+1 arrives
 	}
 	mustRelease(t, c.rl, holder)
 	last := holder.Token
@@ -124,7 +260,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	}
 }
 
-func TestWaiterWakesOnRelease(t *testing.T) {
+func testWaiterWakesOnRelease(t *testing.T, b backend) {
 	for _, tc := range []struct {
 		name    string
 		replica bool // release through another Redlock: only the nodes' announcements wake the waiter
@@ -133,7 +269,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 		{"released on another replica", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 3, nil, nil)
+			c := newWaitCluster(t, b, 3, nil, false)
 			releaser := c.rl
 			if tc.replica {
 				releaser = c.replica(t, nil)
@@ -141,12 +277,11 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 			holder := mustAcquire(t, releaser, lockcore.AcquireRequest{Resource: "wake", TTL: holdTTL})
 			out := make(chan acquired, 1)
 			startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "wake", TTL: holdTTL, Wait: longWait}, out)
-			waitParked(t, 1)
-			released := time.Now()
+			c.parked(t, 1)
 			mustRelease(t, releaser, holder)
 			r := next(t, out, wakeBound)
 			if r.err != nil {
-				t.Fatalf("waiter: %v (after %v)", r.err, r.at.Sub(released))
+				t.Fatalf("waiter: %v", r.err)
 			}
 			if r.lease.Token <= holder.Token {
 				t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
@@ -155,93 +290,129 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	}
 }
 
-func TestWaiterWakesOnExpiry(t *testing.T) {
+func testWaiterWakesOnExpiry(t *testing.T, b backend) {
 	// Nobody announces an expiry: the waiter learns the holder's remaining
-	// TTL from its failed attempt and tries again when it runs out.
-	c := newCluster(t, 3, nil, nil)
+	// TTL from its failed attempt and tries again when it runs out, not
+	// before.
+	c := newWaitCluster(t, b, 3, nil, false)
 	const ttl = time.Second
-	before := time.Now()
 	holder := mustAcquire(t, c.replica(t, nil), lockcore.AcquireRequest{Resource: "expiry", TTL: ttl})
 	out := make(chan acquired, 1)
 	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "expiry", TTL: holdTTL, Wait: longWait}, out)
+	c.parked(t, 1)
+	attempts := c.nodes[0].Acquires()
+	c.pass(ttl - 100*time.Millisecond)
+	c.parked(t, 1)
+	if n := c.nodes[0].Acquires() - attempts; n != 0 {
+		t.Fatalf("the waiter tried %d times before the holder's TTL ran out", n)
+	}
+	none(t, out)
+	c.pass(200 * time.Millisecond)
 	r := next(t, out, wakeBound)
 	if r.err != nil {
 		t.Fatal(r.err)
-	}
-	if r.at.Sub(before) < ttl {
-		t.Fatalf("waiter acquired %v after the holder, before its TTL %v ran out", r.at.Sub(before), ttl)
 	}
 	if r.lease.Token <= holder.Token {
 		t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
 	}
 }
 
-func TestWaitRunsOutWithTheHoldersRemainingTTLAtThatMoment(t *testing.T) {
+func testWaitRunsOutWithTheHoldersRemainingTTLAtThatMoment(t *testing.T, b backend) {
 	// The retry hint of a wait that runs out is the holder's TTL left when
 	// the answer is given, not when the waiter first looked; a waiter that
 	// never reached the head of the queue gets the same hint.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
 	const ttl, wait = 3 * time.Second, 1200 * time.Millisecond
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "hint", TTL: ttl})
 	out := make(chan acquired, 2)
 	for i := range 2 {
 		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: "hint", TTL: ttl, Wait: wait}, out)
+		c.parked(t, i+1)
 	}
+	c.pass(wait)
 	for range 2 {
 		r := next(t, out, wakeBound)
 		var te *lockcore.TakenError
 		if !errors.As(r.err, &te) {
 			t.Fatalf("waiter %d: err = %v, want *TakenError", r.i, r.err)
 		}
-		// About 3s − 1.2s = 1.8s are left; the first look saw about 3s.
-		if te.RetryAfter < time.Second || te.RetryAfter > ttl-wait+100*time.Millisecond {
-			t.Fatalf("waiter %d: retry hint %v, want the TTL left at the end of the wait (about %v)", r.i, te.RetryAfter, ttl-wait)
+		// 3s − 1.2s = 1.8s are left (less the real time the nodes took,
+		// on redis); the first look saw 3s.
+		if te.RetryAfter > ttl-wait || te.RetryAfter < ttl-wait-100*time.Millisecond {
+			t.Fatalf("waiter %d: retry hint %v, want the TTL left at the end of the wait, %v", r.i, te.RetryAfter, ttl-wait)
 		}
 	}
 }
 
-func TestWaitRunsOutWithTakenError(t *testing.T) {
-	c := newCluster(t, 3, nil, nil)
+func testWaitRunsOutWithTakenError(t *testing.T, b backend) {
+	c := newWaitCluster(t, b, 3, nil, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL})
 	const wait = 300 * time.Millisecond
-	start := time.Now()
-	_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL, Wait: wait})
-	elapsed := time.Since(start)
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL, Wait: wait}, out)
+	c.parked(t, 1)
+	c.clock.Advance(wait - time.Millisecond)
+	c.parked(t, 1)
+	none(t, out)
+	c.clock.Advance(time.Millisecond)
+	r := next(t, out, wakeBound)
 	var te *lockcore.TakenError
-	if !errors.As(err, &te) || !errors.Is(err, lockcore.ErrTaken) {
-		t.Fatalf("err = %v, want *TakenError", err)
+	if !errors.As(r.err, &te) || !errors.Is(r.err, lockcore.ErrTaken) {
+		t.Fatalf("err = %v, want *TakenError", r.err)
 	}
-	if te.Resource != "timeout" || te.RetryAfter < holdTTL/2 || te.RetryAfter > holdTTL {
-		t.Fatalf("TakenError = %+v, want the holder's remaining TTL as the retry hint", te)
-	}
-	if elapsed < wait {
-		t.Fatalf("gave up after %v, before the wait of %v", elapsed, wait)
+	if te.Resource != "timeout" || te.RetryAfter < holdTTL-wait-100*time.Millisecond || te.RetryAfter > holdTTL-wait {
+		t.Fatalf("TakenError = %+v, want the holder's remaining TTL (%v) as the retry hint", te, holdTTL-wait)
 	}
 	if info, err := c.rl.Inspect(context.Background(), "timeout"); err != nil || info.Token != holder.Token {
 		t.Fatalf("holder after the wait: %+v, %v", info, err)
 	}
 	// The queue is empty again: a new waiter is the head and is woken by a release.
-	out := make(chan acquired, 1)
 	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "timeout", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	mustRelease(t, c.rl, holder)
 	if r := next(t, out, wakeBound); r.err != nil {
 		t.Fatal(r.err)
 	}
 }
 
-func TestWaiterThatLeavesDoesNotBlockTheQueue(t *testing.T) {
+func testAWaitEndsWhenItsClockSaysSo(t *testing.T, b backend) {
+	// On a frozen clock a wait does not end, however much real time
+	// passes; advanced to its end, it ends at once with *TakenError, long
+	// before its context (which runs in real time) would end it.
+	for _, wait := range []time.Duration{100 * time.Millisecond, 2 * time.Minute} {
+		t.Run(wait.String(), func(t *testing.T) {
+			c := newWaitCluster(t, b, 3, &lockcore.Options{NodeTimeout: 400 * time.Millisecond, MinTTL: time.Second, MaxWait: time.Hour}, false)
+			mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "frozen", TTL: time.Hour})
+			ctx, cancel := context.WithTimeout(context.Background(), wakeBound)
+			defer cancel()
+			out := make(chan acquired, 1)
+			startWaiter(ctx, c.rl, 0, lockcore.AcquireRequest{Resource: "frozen", TTL: holdTTL, Wait: wait}, out)
+			c.parked(t, 1)
+			if got, want := c.clock.Sleepers(), fakeStart.Add(wait); len(got) != 1 || !got[0].Equal(want) {
+				t.Fatalf("the waiter sleeps until %v, want its deadline %v", got, want)
+			}
+			c.clock.Advance(wait)
+			r := next(t, out, wakeBound)
+			var te *lockcore.TakenError
+			if !errors.As(r.err, &te) || ctx.Err() != nil {
+				t.Fatalf("err = %v (context: %v), want *TakenError before the context ends", r.err, ctx.Err())
+			}
+		})
+	}
+}
+
+func testWaiterThatLeavesDoesNotBlockTheQueue(t *testing.T, b backend) {
 	for _, tc := range []struct {
 		name  string
-		leave func(cancel context.CancelFunc)
+		leave func(c *waitCluster, cancel context.CancelFunc)
 		want  error
 		wait  time.Duration
 	}{
-		{"canceled", func(cancel context.CancelFunc) { cancel() }, context.Canceled, longWait},
-		{"wait ran out", func(context.CancelFunc) {}, lockcore.ErrTaken, 2 * time.Second},
+		{"canceled", func(_ *waitCluster, cancel context.CancelFunc) { cancel() }, context.Canceled, longWait},
+		{"wait ran out", func(c *waitCluster, _ context.CancelFunc) { c.clock.Advance(time.Second) }, lockcore.ErrTaken, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 3, nil, nil)
+			c := newWaitCluster(t, b, 3, nil, false)
 			holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "leave", TTL: holdTTL})
 			out := make(chan acquired, 3)
 			// Waiters 0 (the head) and 1 leave; waiter 2 must still be served.
@@ -255,18 +426,26 @@ func TestWaiterThatLeavesDoesNotBlockTheQueue(t *testing.T) {
 					wait = tc.wait
 				}
 				startWaiter(ctx, c.rl, i, lockcore.AcquireRequest{Resource: "leave", TTL: holdTTL, Wait: wait}, out)
-				waitParked(t, i+1)
+				c.parked(t, i+1)
 			}
 			for _, i := range []int{1, 0} { // the middle one first, then the head
-				tc.leave(cancels[i])
-				r := next(t, out, wakeBound)
-				if r.i != i && tc.want == context.Canceled {
-					t.Fatalf("waiter %d returned, want %d", r.i, i)
+				tc.leave(c, cancels[i])
+				if i == 0 || tc.want == context.Canceled {
+					r := next(t, out, wakeBound)
+					if r.i != i && tc.want == context.Canceled {
+						t.Fatalf("waiter %d returned, want %d", r.i, i)
+					}
+					if !errors.Is(r.err, tc.want) {
+						t.Fatalf("waiter %d: err = %v, want %v", r.i, r.err, tc.want)
+					}
 				}
-				if !errors.Is(r.err, tc.want) {
+			}
+			if tc.want == lockcore.ErrTaken {
+				if r := next(t, out, wakeBound); !errors.Is(r.err, tc.want) {
 					t.Fatalf("waiter %d: err = %v, want %v", r.i, r.err, tc.want)
 				}
 			}
+			c.parked(t, 1) // waiter 2, the head now
 			mustRelease(t, c.rl, holder)
 			r := next(t, out, wakeBound)
 			if r.i != 2 || r.err != nil {
@@ -276,10 +455,10 @@ func TestWaiterThatLeavesDoesNotBlockTheQueue(t *testing.T) {
 	}
 }
 
-func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
-	// The head's attempt succeeds just as its caller gives up: nobody will
+func testWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T, b backend) {
+	// The head's hand-off succeeds just as its caller gives up: nobody will
 	// use the lock, so it is released and the next waiter gets it at once.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
 	first := waiterLease(0)
 	gate := make(chan struct{})
 	reached := make(chan struct{}, 3)
@@ -292,11 +471,10 @@ func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "abandon", TTL: holdTTL})
 	out := make(chan acquired, 2)
 	startWaiter(ctx, c.rl, 0, lockcore.AcquireRequest{Resource: "abandon", LeaseID: first, TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 
-	// From now on its attempt stops inside the nodes until the gate opens,
-	// and its caller gives up once a quorum has granted it (a hand-off may
-	// answer it then).
+	// From now on its acquisition stops inside the nodes until the gate
+	// opens, and its caller gives up once a quorum has granted it.
 	for _, n := range c.nodes {
 		n.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
 			if req.Lease == first {
@@ -315,18 +493,20 @@ func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
 			}
 		})
 	}
-	// The release hands the lock straight to the head (or wakes it to try):
-	// either way the head's acquisition stops in the gate, and so does the
-	// release when it is the hand-off.
+	// The release hands the lock straight to the head, which sleeps,
+	// claimed, while the hand-off stops in the gate.
 	released := make(chan error, 1)
 	go func() {
 		released <- c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "abandon", LeaseID: holder.ID})
 	}()
 	for range c.nodes {
-		<-reached // the head is acquiring
+		<-reached // the hand-off is under way
 	}
 	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "abandon", LeaseID: waiterLease(1), TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1) // waiter 1 queues behind the head; the head is in the gate
+	c.parked(t, 2) // waiter 1 queues behind the claimed head
+	// Waiter 1's attempts may split the nodes with the release of waiter
+	// 0's lock: the clock runs through the pauses.
+	c.drive(t)
 	close(gate)
 
 	// Waiter 0 gives up; its lock is released and waiter 1 gets it. The
@@ -348,17 +528,17 @@ func TestWaiterCanceledAsItAcquiresReleasesTheLock(t *testing.T) {
 	c.assertNotHolding(t, "abandon", first)
 }
 
-func TestTooManyWaiters(t *testing.T) {
-	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 400 * time.Millisecond, MinTTL: time.Second, MaxWaiters: 2}, nil)
+func testTooManyWaiters(t *testing.T, b backend) {
+	c := newWaitCluster(t, b, 3, &lockcore.Options{NodeTimeout: 400 * time.Millisecond, MinTTL: time.Second, MaxWaiters: 2}, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL})
 	other := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "crowd-2", TTL: holdTTL})
 	out := make(chan acquired, 3)
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	defer cancel0()
 	startWaiter(ctx0, c.rl, 0, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 2)
+	c.parked(t, 2)
 
 	// The limit is per replica, over every resource.
 	for _, res := range []string{"crowd", "crowd-2"} {
@@ -374,7 +554,7 @@ func TestTooManyWaiters(t *testing.T) {
 	// Another replica has its own room.
 	out2 := make(chan acquired, 1)
 	startWaiter(context.Background(), c.replica(t, nil), 9, lockcore.AcquireRequest{Resource: "crowd-2", TTL: holdTTL, Wait: longWait}, out2)
-	waitParked(t, 3)
+	c.parked(t, 3)
 
 	// A waiter leaving frees a place.
 	cancel0()
@@ -382,7 +562,7 @@ func TestTooManyWaiters(t *testing.T) {
 		t.Fatalf("waiter %d: %v", r.i, r.err)
 	}
 	startWaiter(context.Background(), c.rl, 2, lockcore.AcquireRequest{Resource: "crowd", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 3)
+	c.parked(t, 3)
 	mustRelease(t, c.rl, holder)
 	for _, want := range []int{1, 2} {
 		r := next(t, out, wakeBound)
@@ -397,8 +577,8 @@ func TestTooManyWaiters(t *testing.T) {
 	}
 }
 
-func TestCloseEndsWaits(t *testing.T) {
-	c := newCluster(t, 3, nil, nil)
+func testCloseEndsWaits(t *testing.T, b backend) {
+	c := newWaitCluster(t, b, 3, nil, false)
 	holders := []*lockcore.Lease{
 		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-a", TTL: holdTTL}),
 		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-b", TTL: holdTTL}),
@@ -406,7 +586,7 @@ func TestCloseEndsWaits(t *testing.T) {
 	out := make(chan acquired, 3)
 	for i, res := range []string{"close-a", "close-a", "close-b"} {
 		startWaiter(context.Background(), c.rl, i, lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: longWait}, out)
-		waitParked(t, i+1)
+		c.parked(t, i+1)
 	}
 	c.rl.Close()
 	for range 3 {
@@ -428,11 +608,11 @@ func TestCloseEndsWaits(t *testing.T) {
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "close-a", TTL: holdTTL})
 }
 
-func TestNoLostWakeup(t *testing.T) {
+func testNoLostWakeup(t *testing.T, b backend) {
 	// The holder releases at a random moment around the time the waiter
 	// joins: before it, while it subscribes, during its attempt or after.
-	// Whatever the interleaving, the waiter gets the lock long before the
-	// holder's TTL.
+	// Whatever the interleaving, the waiter gets the lock; the clock only
+	// runs through split-vote pauses, never to the holder's TTL.
 	const rounds = 200
 	for _, tc := range []struct {
 		name    string
@@ -442,7 +622,8 @@ func TestNoLostWakeup(t *testing.T) {
 		{"released on another replica", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 3, nil, nil)
+			c := newWaitCluster(t, b, 3, nil, false)
+			c.drive(t)
 			releaser := c.rl
 			if tc.replica {
 				releaser = c.replica(t, nil)
@@ -473,13 +654,14 @@ func TestNoLostWakeup(t *testing.T) {
 	}
 }
 
-func TestNoLostWakeupWhenReleasedDuringTheAttempt(t *testing.T) {
+func testNoLostWakeupWhenReleasedDuringTheAttempt(t *testing.T, b backend) {
 	// The release lands between the waiter's calls to its nodes: some see
 	// the lock free, some taken.
 	for node := range 3 {
 		for _, replica := range []bool{false, true} {
 			t.Run(fmt.Sprintf("released before node %d answers, other replica %v", node, replica), func(t *testing.T) {
-				c := newCluster(t, 3, nil, nil)
+				c := newWaitCluster(t, b, 3, nil, false)
+				c.drive(t)
 				releaser := c.rl
 				if replica {
 					releaser = c.replica(t, nil)
@@ -513,12 +695,13 @@ func TestNoLostWakeupWhenReleasedDuringTheAttempt(t *testing.T) {
 	}
 }
 
-func TestWaiterDoesNotSpinWhileAMinorityIsFree(t *testing.T) {
+func testWaiterDoesNotSpinWhileAMinorityIsFree(t *testing.T, b backend) {
 	// The holder holds a majority; one node missed its grant and is free.
 	// A waiter's attempt takes that node, fails, and releases it. That
 	// release must not count as the holder's release, or the waiter would
 	// retry in a tight loop for as long as the holder holds the lock.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
+	c.drive(t)
 	c.down(true, 2)
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin", TTL: holdTTL})
 	c.down(false, 2)
@@ -530,17 +713,19 @@ func TestWaiterDoesNotSpinWhileAMinorityIsFree(t *testing.T) {
 	}
 	// Each attempt is granted by the free node, which looks like a split
 	// vote, so the waiter retries after a pause that doubles each time
-	// (2 ms, 4 ms, 8 ms, …): about 10 attempts in 500ms. A busy loop makes
-	// thousands.
+	// (2 ms, 4 ms, 8 ms, …): about 10 attempts in 500ms of its clock. A
+	// waiter woken by its own undo would spin without the clock moving,
+	// and never return.
 	if attempts := c.nodes[2].Acquires() - before; attempts > 16 {
 		t.Fatalf("the waiter made %d attempts in 500ms while the lock was held", attempts)
 	}
 }
 
-func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
+func testWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T, b backend) {
 	// As above, with a waiter on each of two replicas: each one's failed
 	// attempt releases the free node, which the nodes announce to the other.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
+	c.drive(t)
 	c.down(true, 2)
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "spin2", TTL: holdTTL})
 	c.down(false, 2)
@@ -556,19 +741,20 @@ func TestWaitersOnTwoReplicasDoNotSpinWhileAMinorityIsFree(t *testing.T) {
 		}
 	}
 	// Each hears the other's undo, but an undo releases one node, not a
-	// quorum, so it wakes nobody: each retries on its own doubling pause,
-	// about 10 attempts each in 500ms. A busy loop makes tens of thousands.
+	// quorum, so it wakes nobody to try: each retries on its own doubling
+	// pause, about 10 attempts each in 500ms.
 	if attempts := c.nodes[2].Acquires() - before; attempts > 32 {
 		t.Fatalf("two waiters made %d attempts in 500ms while the lock was held", attempts)
 	}
 }
 
-func TestStampedeOnAFreeLockDoesNotStall(t *testing.T) {
+func testStampedeOnAFreeLockDoesNotStall(t *testing.T, b backend) {
 	// Many waiters arrive at once at a free lock. Their first attempts split
 	// the nodes so that nobody has a quorum, and each undoes its own
 	// minority: together the undos free the lock, and the queue's head must
 	// notice that, not sleep until the TTL of the attempts it saw.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
+	c.drive(t)
 	const waiters = 48
 	for round := range 5 {
 		res := fmt.Sprintf("stampede-%d", round)
@@ -587,7 +773,6 @@ func TestStampedeOnAFreeLockDoesNotStall(t *testing.T) {
 				errs <- err
 			}()
 		}
-		began := time.Now()
 		close(start)
 		for range waiters {
 			select {
@@ -596,29 +781,29 @@ func TestStampedeOnAFreeLockDoesNotStall(t *testing.T) {
 					t.Fatalf("round %d: %v", round, err)
 				}
 			case <-time.After(wakeBound):
-				t.Fatalf("round %d: waiters still waiting after %v (TTL %v): the queue stalled", round, time.Since(began), holdTTL)
+				t.Fatalf("round %d: waiters still waiting after %v of real time (clock at +%v, TTL %v): the queue stalled",
+					round, wakeBound, c.clock.Now().Sub(fakeStart), holdTTL)
 			}
 		}
 	}
 }
 
-func TestARetryByTheHolderIsAnsweredNotQueued(t *testing.T) {
+func testARetryByTheHolderIsAnsweredNotQueued(t *testing.T, b backend) {
 	// The holder retries its acquire with its own lease id and a wait while
-	// others queue for the lock: it gets its lock back (refreshed), at once,
-	// not a place behind the waiters and a 409 for its own lock.
-	c := newCluster(t, 3, nil, nil)
+	// others queue for the lock: it gets its lock back (refreshed), at once
+	// (the clock does not move), not a place behind the waiters and a 409
+	// for its own lock.
+	c := newWaitCluster(t, b, 3, nil, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "mine", LeaseID: leaseA, TTL: holdTTL})
 	out := make(chan acquired, 1)
 	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "mine", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 
-	began := time.Now()
-	again, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "mine", LeaseID: leaseA, TTL: holdTTL, Wait: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), wakeBound)
+	defer cancel()
+	again, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "mine", LeaseID: leaseA, TTL: holdTTL, Wait: time.Second})
 	if err != nil || !again.Reentered || again.Token != holder.Token {
 		t.Fatalf("retry by the holder: %+v, %v; want its lock again with token %d", again, err, holder.Token)
-	}
-	if d := time.Since(began); d > 500*time.Millisecond {
-		t.Fatalf("retry by the holder took %v: it waited in the queue", d)
 	}
 	mustRelease(t, c.rl, again)
 	if r := next(t, out, wakeBound); r.err != nil {
@@ -626,11 +811,11 @@ func TestARetryByTheHolderIsAnsweredNotQueued(t *testing.T) {
 	}
 }
 
-func TestAHolderWhoseRetryIsAbandonedKeepsItsLock(t *testing.T) {
+func testAHolderWhoseRetryIsAbandonedKeepsItsLock(t *testing.T, b backend) {
 	// The holder's retry succeeds (re-entered) but its caller has gone by
 	// then: the lock is not released, since the caller may still count on
 	// its first answer.
-	c := newCluster(t, 3, nil, nil)
+	c := newWaitCluster(t, b, 3, nil, false)
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "keep", LeaseID: leaseA, TTL: holdTTL})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -652,27 +837,30 @@ func TestAHolderWhoseRetryIsAbandonedKeepsItsLock(t *testing.T) {
 	}
 }
 
-func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
+func testAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T, b backend) {
 	// The queue's first Watch fails on two of three nodes, so a release
 	// made through another replica is announced to it by one node only,
 	// not a quorum. The head retries the missing subscriptions (and tries
-	// the lock) about once a second, so it gets the lock long before the
-	// holder's TTL.
-	c := newCluster(t, 3, nil, nil)
+	// the lock) once a second of its clock, so it gets the lock then, long
+	// before the holder's TTL.
+	c := newWaitCluster(t, b, 3, nil, false)
 	deaf := []*watchFlaky{{Faulty: c.nodes[0]}, {Faulty: c.nodes[1]}}
 	deaf[0].refuse.Store(true)
 	deaf[1].refuse.Store(true)
-	rl, err := lockcore.New([]lockcore.Node{deaf[0], deaf[1], c.nodes[2]}, nil)
+	rl, err := lockcore.New([]lockcore.Node{deaf[0], deaf[1], c.nodes[2]}, c.options(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "deaf", TTL: holdTTL})
 	out := make(chan acquired, 1)
 	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "deaf", TTL: holdTTL, Wait: longWait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	deaf[0].refuse.Store(false)
 	deaf[1].refuse.Store(false)
 	mustRelease(t, c.rl, holder)
+	c.parked(t, 1)
+	none(t, out) // one node's announcement is not a quorum's
+	c.clock.Advance(time.Second)
 	r := next(t, out, wakeBound)
 	if r.err != nil {
 		t.Fatalf("waiter: %v", r.err)
@@ -681,12 +869,14 @@ func TestAQueueWhoseFirstSubscriptionFailedHearsReleasesLater(t *testing.T) {
 }
 
 // watchFlaky is a node whose Watch fails while refuse is set, and otherwise
-// first waits for gate to be closed (if set) or its context to end.
+// first reports on entered (if set) and waits for gate to be closed (if
+// set) or its context to end.
 type watchFlaky struct {
 	*nodetest.Faulty
-	refuse atomic.Bool
-	mu     sync.Mutex
-	gate   chan struct{}
+	refuse  atomic.Bool
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered chan struct{}
 }
 
 func (w *watchFlaky) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
@@ -694,8 +884,11 @@ func (w *watchFlaky) Watch(ctx context.Context, resource string, notify func()) 
 		return nil, errors.New("watch refused")
 	}
 	w.mu.Lock()
-	gate := w.gate
+	gate, entered := w.gate, w.entered
 	w.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -706,15 +899,24 @@ func (w *watchFlaky) Watch(ctx context.Context, resource string, notify func()) 
 	return w.Faulty.Watch(ctx, resource, notify)
 }
 
-// waitInWatch waits until a goroutine is inside watchFlaky.Watch (waiting
-// for its gate), failing t after 10 s from start.
-func waitInWatch(t *testing.T, start time.Time) {
+// gated makes the next Watch calls report on the returned channel and wait
+// for gate.
+func (w *watchFlaky) gated(gate chan struct{}) <-chan struct{} {
+	entered := make(chan struct{}, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gate, w.entered = gate, entered
+	return entered
+}
+
+// inWatch waits until a Watch call reported on entered, failing t after
+// wakeBound.
+func inWatch(t *testing.T, entered <-chan struct{}) {
 	t.Helper()
-	for goroutines.Count(" [select", "lockcore_test.(*watchFlaky).Watch(") == 0 {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("no goroutine reached Watch")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-entered:
+	case <-time.After(wakeBound):
+		t.Fatal("no goroutine reached Watch")
 	}
 }
 
@@ -732,62 +934,57 @@ func wantRanOut(t *testing.T, rl *lockcore.Redlock, r acquired) *lockcore.TakenE
 	return taken
 }
 
-func TestAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T) {
+func testAWaitThatRanOutWhileJoiningDoesNotTry(t *testing.T, b backend) {
 	// Joining the queue (its first Watch) takes longer than the whole wait,
 	// and the holder releases meanwhile. The waiter must answer that its
 	// wait ran out, with the holder's time left as it last learnt it, not
 	// take the lock after its wait.
-	c := newCluster(t, 1, nil, nil)
+	c := newWaitCluster(t, b, 1, nil, false)
+	node := &watchFlaky{Faulty: c.nodes[0]}
 	gate := make(chan struct{})
-	node := &watchFlaky{Faulty: c.nodes[0], gate: gate}
-	rl, err := lockcore.New([]lockcore.Node{node}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	entered := node.gated(gate)
+	rl, err := lockcore.New([]lockcore.Node{node}, c.options(&lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL})
 	const wait = 50 * time.Millisecond
 	out := make(chan acquired, 1)
-	start := time.Now()
 	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-join", TTL: holdTTL, Wait: wait}, out)
-	waitInWatch(t, start)
-	time.Sleep(time.Until(start.Add(2 * wait)))
+	inWatch(t, entered)
+	c.clock.Advance(2 * wait)
 	mustRelease(t, c.rl, holder)
 	close(gate)
-	taken := wantRanOut(t, rl, next(t, out, 10*time.Second))
+	taken := wantRanOut(t, rl, next(t, out, wakeBound))
 	if taken.RetryAfter < holdTTL/2 {
 		t.Fatalf("retry after %v, want about the %v the holder had left when the waiter tried", taken.RetryAfter, holdTTL)
 	}
 }
 
-func TestAWaitThatRanOutWhileResubscribingDoesNotTry(t *testing.T) {
-	// The queue's first Watch fails, so its head retries it about a second
-	// later, before trying the lock. That retry takes past the end of the
-	// wait, and the holder releases meanwhile: the waiter must answer that
-	// its wait ran out, not take the lock after it.
-	c := newCluster(t, 1, nil, nil)
+func testAWaitThatRanOutWhileResubscribingDoesNotTry(t *testing.T, b backend) {
+	// The queue's first Watch fails, so its head retries it a second later,
+	// before trying the lock. That retry takes past the end of the wait,
+	// and the holder releases meanwhile: the waiter must answer that its
+	// wait ran out, not take the lock after it.
+	c := newWaitCluster(t, b, 1, nil, false)
 	node := &watchFlaky{Faulty: c.nodes[0]}
 	node.refuse.Store(true)
-	rl, err := lockcore.New([]lockcore.Node{node}, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	rl, err := lockcore.New([]lockcore.Node{node}, c.options(&lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "slow-resubscribe", TTL: holdTTL})
-	const wait = 1600 * time.Millisecond // the retry comes after about 1 s
+	const wait = 1600 * time.Millisecond // the retry comes after 1 s
 	out := make(chan acquired, 1)
-	start := time.Now()
 	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: "slow-resubscribe", TTL: holdTTL, Wait: wait}, out)
-	waitParked(t, 1)
+	c.parked(t, 1)
 	gate := make(chan struct{})
-	node.mu.Lock()
-	node.gate = gate
-	node.mu.Unlock()
+	entered := node.gated(gate)
 	node.refuse.Store(false)
-	waitInWatch(t, start)
-	if d := time.Since(start); d > wait {
-		t.Fatalf("the head retried its Watch only after %v, past its %v wait: the case could not be set up", d, wait)
-	}
-	time.Sleep(time.Until(start.Add(wait + 100*time.Millisecond)))
+	c.clock.Advance(time.Second)
+	inWatch(t, entered)
+	c.clock.Advance(wait) // past the end of the wait
 	mustRelease(t, c.rl, holder)
 	close(gate)
-	wantRanOut(t, rl, next(t, out, 10*time.Second))
+	wantRanOut(t, rl, next(t, out, wakeBound))
 }

@@ -199,33 +199,47 @@ func testSemantics(t *testing.T, s Store) {
 					t.Fatalf("step %d (%+v): %s", j, st, msg)
 				}
 			}
-			for res, wantTok := range tc.highest {
-				got, err := s.Highest(ctx, prefix+res)
-				if err != nil {
-					t.Fatalf("Highest(%q): %v", res, err)
-				}
-				if got != wantTok {
-					t.Errorf("Highest(%q) = %d, want %d", res, got, wantTok)
-				}
-			}
-			for key, w := range tc.values {
-				rec, err := s.Get(ctx, prefix+key)
-				if w == nil {
-					if !errors.Is(err, fencing.ErrNotFound) {
-						t.Errorf("Get(%q) = %+v, %v; want ErrNotFound", key, rec, err)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("Get(%q): %v", key, err)
-				}
-				if rec.Key != prefix+key || rec.Resource != prefix+w.resource || rec.Token != w.token ||
-					!bytes.Equal(rec.Value, []byte(w.value)) {
-					t.Errorf("Get(%q) = {Key:%q Resource:%q Token:%d Value:%q}, want {Key:%q Resource:%q Token:%d Value:%q}",
-						key, rec.Key, rec.Resource, rec.Token, rec.Value, prefix+key, prefix+w.resource, w.token, w.value)
-				}
-			}
+			checkHighest(ctx, t, s, prefix, tc.highest)
+			checkValues(ctx, t, s, prefix, tc.values)
 		})
+	}
+}
+
+// checkHighest fails t unless Highest of each resource (under prefix) is
+// the token wanted.
+func checkHighest(ctx context.Context, t *testing.T, s Store, prefix string, highest map[string]uint64) {
+	t.Helper()
+	for res, wantTok := range highest {
+		got, err := s.Highest(ctx, prefix+res)
+		if err != nil {
+			t.Fatalf("Highest(%q): %v", res, err)
+		}
+		if got != wantTok {
+			t.Errorf("Highest(%q) = %d, want %d", res, got, wantTok)
+		}
+	}
+}
+
+// checkValues fails t unless Get of each key (under prefix) returns the
+// record wanted, or ErrNotFound where none is.
+func checkValues(ctx context.Context, t *testing.T, s Store, prefix string, values map[string]*want) {
+	t.Helper()
+	for key, w := range values {
+		rec, err := s.Get(ctx, prefix+key)
+		if w == nil {
+			if !errors.Is(err, fencing.ErrNotFound) {
+				t.Errorf("Get(%q) = %+v, %v; want ErrNotFound", key, rec, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Get(%q): %v", key, err)
+		}
+		if rec.Key != prefix+key || rec.Resource != prefix+w.resource || rec.Token != w.token ||
+			!bytes.Equal(rec.Value, []byte(w.value)) {
+			t.Errorf("Get(%q) = {Key:%q Resource:%q Token:%d Value:%q}, want {Key:%q Resource:%q Token:%d Value:%q}",
+				key, rec.Key, rec.Resource, rec.Token, rec.Value, prefix+key, prefix+w.resource, w.token, w.value)
+		}
 	}
 }
 

@@ -226,7 +226,6 @@ func testConcurrent(t *testing.T, s Store) {
 // the fencing guarantees. Data resources are those with an entry in
 // fin.records; every resource must have one in fin.highest.
 func check(events []event, fin state) []string {
-	var out []string
 	byRes := make(map[string][]*event)
 	for i := range events {
 		byRes[events[i].resource] = append(byRes[events[i].resource], &events[i])
@@ -237,115 +236,160 @@ func check(events []event, fin state) []string {
 	}
 	sort.Strings(resources)
 
+	var out []string
 	for _, res := range resources {
-		var admitted, puts, refused, reads []*event
-		for _, ev := range byRes[res] {
-			switch {
-			case ev.kind == kindGet:
-				reads = append(reads, ev)
-			case ev.err == nil:
-				admitted = append(admitted, ev)
-				if ev.kind == kindPut {
-					puts = append(puts, ev)
-				}
-			case errors.Is(ev.err, fencing.ErrStaleToken):
-				refused = append(refused, ev)
-			default:
-				out = append(out, fmt.Sprintf("%s: unexpected error", ev))
-			}
-		}
-		if len(admitted) == 0 || len(refused) == 0 {
-			out = append(out, fmt.Sprintf("resource %q: %d writes admitted and %d refused; "+
-				"the workload must produce both to test anything", res, len(admitted), len(refused)))
-		}
-		allAdmitted := before(admitted)
-		putsDone := before(puts)
+		h, bad := split(res, byRes[res])
+		out = append(out, bad...)
+		out = append(out, h.checkAdmittedNeverGoDown()...)
+		out = append(out, h.checkRefusals()...)
+		out = append(out, h.checkReads()...)
+		out = append(out, h.checkFinal(fin)...)
+	}
+	return out
+}
 
-		// An admitted token is never lower than one admitted before it began.
-		for _, b := range admitted {
-			if a := allAdmitted.maxEndedBefore(b.start); a != nil && a.token > b.token {
-				out = append(out, fmt.Sprintf("token went down: %s was admitted after %s had been", b, a))
-			}
-		}
+// resourceHistory is one resource's calls, sorted by what became of them.
+type resourceHistory struct {
+	res                            string
+	admitted, puts, refused, reads []*event
+	putByValue                     map[string]*event // admitted Puts by the value they wrote (values are unique)
+}
 
-		// A refusal names a higher token that some write had begun to admit.
-		for _, r := range refused {
-			var se *fencing.StaleTokenError
-			if !errors.As(r.err, &se) {
-				out = append(out, fmt.Sprintf("%s: stale error is not a *StaleTokenError", r))
-				continue
-			}
-			if se.Resource != r.resource || se.Token != r.token || se.Highest <= r.token {
-				out = append(out, fmt.Sprintf("%s: error fields %+v do not describe a stale token", r, *se))
-				continue
-			}
-			found := false
-			for _, a := range admitted {
-				if a.token == se.Highest && a.start < r.end {
-					found = true
-					break
-				}
-			}
-			if !found {
-				out = append(out, fmt.Sprintf("%s: refused in favor of token %d, which no write had begun to admit",
-					r, se.Highest))
-			}
-		}
-
-		// Readers see whole writes, never going back, and never older than
-		// a write that returned before the read began.
-		putByValue := make(map[string]*event)
-		for _, p := range puts {
-			putByValue[p.value] = p
-		}
-		lastSeen := make(map[string]uint64) // actor → token last read
-		slices.SortFunc(reads, func(a, b *event) int { return cmpU64(a.start, b.start) })
-		for _, rd := range reads {
-			var tok uint64
-			switch {
-			case errors.Is(rd.err, fencing.ErrNotFound):
-			case rd.err != nil:
-				out = append(out, fmt.Sprintf("%s: unexpected error", rd))
-				continue
-			default:
-				tok = rd.got.Token
-				p := putByValue[string(rd.got.Value)]
-				if p == nil || p.token != tok || rd.got.Resource != res || rd.got.Key != res || p.start > rd.end {
-					out = append(out, fmt.Sprintf("%s: no admitted Put wrote this record", rd))
-				}
-			}
-			if a := putsDone.maxEndedBefore(rd.start); a != nil && a.token > tok {
-				out = append(out, fmt.Sprintf("%s: read an older token than %s, which returned before the read began", rd, a))
-			}
-			if prev := lastSeen[rd.actor]; tok < prev {
-				out = append(out, fmt.Sprintf("%s: token went back from %d for this reader", rd, prev))
-			}
-			lastSeen[rd.actor] = tok
-		}
-
-		// The final state holds the highest admitted token.
-		var maxAll, maxPut uint64
-		for _, a := range admitted {
-			maxAll = max(maxAll, a.token)
-			if a.kind == kindPut {
-				maxPut = max(maxPut, a.token)
-			}
-		}
-		if fin.highest[res] != maxAll {
-			out = append(out, fmt.Sprintf("resource %q: final Highest is %d, highest admitted token is %d",
-				res, fin.highest[res], maxAll))
-		}
-		rec, isData := fin.records[res]
+// split sorts a resource's calls by outcome, and returns what is wrong with
+// them already: unexpected errors, or a workload that admitted or refused
+// nothing and so tested nothing.
+func split(res string, evs []*event) (resourceHistory, []string) {
+	h := resourceHistory{res: res, putByValue: make(map[string]*event)}
+	var out []string
+	for _, ev := range evs {
 		switch {
-		case !isData:
-		case rec == nil && maxPut != 0:
-			out = append(out, fmt.Sprintf("key %q: not found at the end, but token %d was written", res, maxPut))
-		case rec != nil:
-			p := putByValue[string(rec.Value)]
-			if rec.Token != maxPut || p == nil || p.token != rec.Token {
-				out = append(out, fmt.Sprintf("key %q: final record has token %d and value %q; want the value "+
-					"of an admitted Put with the highest written token %d", res, rec.Token, rec.Value, maxPut))
+		case ev.kind == kindGet:
+			h.reads = append(h.reads, ev)
+		case ev.err == nil:
+			h.admitted = append(h.admitted, ev)
+			if ev.kind == kindPut {
+				h.puts = append(h.puts, ev)
+				h.putByValue[ev.value] = ev
 			}
+		case errors.Is(ev.err, fencing.ErrStaleToken):
+			h.refused = append(h.refused, ev)
+		default:
+			out = append(out, fmt.Sprintf("%s: unexpected error", ev))
+		}
+	}
+	if len(h.admitted) == 0 || len(h.refused) == 0 {
+		out = append(out, fmt.Sprintf("resource %q: %d writes admitted and %d refused; "+
+			"the workload must produce both to test anything", res, len(h.admitted), len(h.refused)))
+	}
+	return h, out
+}
+
+// checkAdmittedNeverGoDown: an admitted token is never lower than one
+// admitted before it began.
+func (h resourceHistory) checkAdmittedNeverGoDown() []string {
+	var out []string
+	done := before(h.admitted)
+	for _, b := range h.admitted {
+		if a := done.maxEndedBefore(b.start); a != nil && a.token > b.token {
+			out = append(out, fmt.Sprintf("token went down: %s was admitted after %s had been", b, a))
+		}
+	}
+	return out
+}
+
+// checkRefusals: a refusal names a higher token that some write had begun
+// to admit.
+func (h resourceHistory) checkRefusals() []string {
+	var out []string
+	for _, r := range h.refused {
+		var se *fencing.StaleTokenError
+		if !errors.As(r.err, &se) {
+			out = append(out, fmt.Sprintf("%s: stale error is not a *StaleTokenError", r))
+			continue
+		}
+		if se.Resource != r.resource || se.Token != r.token || se.Highest <= r.token {
+			out = append(out, fmt.Sprintf("%s: error fields %+v do not describe a stale token", r, *se))
+			continue
+		}
+		if !slices.ContainsFunc(h.admitted, func(a *event) bool { return a.token == se.Highest && a.start < r.end }) {
+			out = append(out, fmt.Sprintf("%s: refused in favor of token %d, which no write had begun to admit",
+				r, se.Highest))
+		}
+	}
+	return out
+}
+
+// checkReads: readers see whole writes, never going back, and never older
+// than a write that returned before the read began.
+func (h resourceHistory) checkReads() []string {
+	var out []string
+	putsDone := before(h.puts)
+	lastSeen := make(map[string]uint64) // actor → token last read
+	reads := slices.Clone(h.reads)
+	slices.SortFunc(reads, func(a, b *event) int { return cmpU64(a.start, b.start) })
+	for _, rd := range reads {
+		tok, bad := h.readToken(rd)
+		if bad != "" {
+			out = append(out, bad)
+			if rd.err != nil {
+				continue
+			}
+		}
+		if a := putsDone.maxEndedBefore(rd.start); a != nil && a.token > tok {
+			out = append(out, fmt.Sprintf("%s: read an older token than %s, which returned before the read began", rd, a))
+		}
+		if prev := lastSeen[rd.actor]; tok < prev {
+			out = append(out, fmt.Sprintf("%s: token went back from %d for this reader", rd, prev))
+		}
+		lastSeen[rd.actor] = tok
+	}
+	return out
+}
+
+// readToken returns the token a read saw (0 for not found) and what is
+// wrong with the read on its own: an unexpected error, or a record that no
+// admitted Put wrote.
+func (h resourceHistory) readToken(rd *event) (uint64, string) {
+	switch {
+	case errors.Is(rd.err, fencing.ErrNotFound):
+		return 0, ""
+	case rd.err != nil:
+		return 0, fmt.Sprintf("%s: unexpected error", rd)
+	}
+	tok := rd.got.Token
+	p := h.putByValue[string(rd.got.Value)]
+	if p == nil || p.token != tok || rd.got.Resource != h.res || rd.got.Key != h.res || p.start > rd.end {
+		return tok, fmt.Sprintf("%s: no admitted Put wrote this record", rd)
+	}
+	return tok, ""
+}
+
+// checkFinal: the final state holds the highest admitted token, and a data
+// key the value of the Put that wrote it.
+func (h resourceHistory) checkFinal(fin state) []string {
+	var out []string
+	var maxAll, maxPut uint64
+	for _, a := range h.admitted {
+		maxAll = max(maxAll, a.token)
+		if a.kind == kindPut {
+			maxPut = max(maxPut, a.token)
+		}
+	}
+	res := h.res
+	if fin.highest[res] != maxAll {
+		out = append(out, fmt.Sprintf("resource %q: final Highest is %d, highest admitted token is %d",
+			res, fin.highest[res], maxAll))
+	}
+	rec, isData := fin.records[res]
+	switch {
+	case !isData:
+	case rec == nil && maxPut != 0:
+		out = append(out, fmt.Sprintf("key %q: not found at the end, but token %d was written", res, maxPut))
+	case rec != nil:
+		p := h.putByValue[string(rec.Value)]
+		if rec.Token != maxPut || p == nil || p.token != rec.Token {
+			out = append(out, fmt.Sprintf("key %q: final record has token %d and value %q; want the value "+
+				"of an admitted Put with the highest written token %d", res, rec.Token, rec.Value, maxPut))
 		}
 	}
 	return out

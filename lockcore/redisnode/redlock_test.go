@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -471,18 +472,6 @@ func TestRedlockExpiredLeaseCannotTouchTheNextHolder(t *testing.T) {
 	}
 }
 
-// waitingAcquire is Acquire under a name that goroutine dumps show.
-//
-//go:noinline
-func waitingAcquire(ctx context.Context, rl *lockcore.Redlock, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
-	return rl.Acquire(ctx, req)
-}
-
-// parkedWaiters counts goroutines inside waitingAcquire that sleep in a
-// select: Acquire calls that have joined their queue, subscribed, tried,
-// and now wait for a release.
-func parkedWaiters() int { return goroutines.Count(" [select", "redisnode_test.waitingAcquire(") }
-
 // goroutineIn reports whether some goroutine in state (as a dump shows it)
 // has fn in its stack.
 func goroutineIn(state, fn string) bool { return goroutines.Count(state, fn) > 0 }
@@ -490,9 +479,14 @@ func goroutineIn(state, fn string) bool { return goroutines.Count(state, fn) > 0
 func TestRedlockWaitAcrossReplicas(t *testing.T) {
 	// Two gateway replicas share three nodes. A waiter on one replica learns
 	// of a release on the other only through the nodes' pub/sub announcements.
+	// Both replicas wait on one fake clock, frozen: only an announcement
+	// can wake the waiter, and a waiter that sleeps has one timer set on it.
 	ctx := context.Background()
 	srvs := redistest.StartN(t, 3, nil)
-	replicas := []*lockcore.Redlock{newRedlock(t, srvs, nil), newRedlock(t, srvs, nil)}
+	clock := nodetest.NewClock(time.Unix(1_700_000_000, 0))
+	opts := itOptions()
+	opts.Clock = clock
+	replicas := []*lockcore.Redlock{newRedlock(t, srvs, opts), newRedlock(t, srvs, opts)}
 	probe := make([]*redisnode.Node, len(srvs))
 	for i, s := range srvs {
 		probe[i] = newNode(t, s)
@@ -510,7 +504,7 @@ func TestRedlockWaitAcrossReplicas(t *testing.T) {
 		}
 		out := make(chan result, 1)
 		go func() {
-			l, err := waitingAcquire(ctx, waiterRL, lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: 25 * time.Second})
+			l, err := waiterRL.Acquire(ctx, lockcore.AcquireRequest{Resource: res, TTL: holdTTL, Wait: 25 * time.Second})
 			out <- result{l, err}
 		}()
 		// Wait until the waiter sleeps, subscribed on every node.
@@ -523,7 +517,7 @@ func TestRedlockWaitAcrossReplicas(t *testing.T) {
 					subscribed++
 				}
 			}
-			if subscribed == len(probe) && parkedWaiters() >= 1 {
+			if subscribed == len(probe) && len(clock.Sleepers()) == 1 {
 				break
 			}
 			if time.Now().After(deadline) {
