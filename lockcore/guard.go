@@ -120,6 +120,9 @@ func (g *guard) loop() {
 	defer close(g.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Real time, not Options.Clock: the checks are I/O against the nodes'
+	// own clocks, and a fake clock driving waits in tests must not move
+	// them (nor they it).
 	t := time.NewTicker(g.r.opt.CheckInterval)
 	defer t.Stop()
 	for {

@@ -582,6 +582,8 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 // chose its lease id may have acquired with it meanwhile. It stops when the
 // Redlock is closed.
 func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Duration) {
+	// Real time, like the node calls it retries: this is clean-up that no
+	// wait depends on, and a fake clock driving waits must not run it.
 	deadline := time.Now().Add(ttl)
 	wait := 50 * time.Millisecond
 	for slices.Contains(again, true) && time.Now().Add(wait).Before(deadline) {
