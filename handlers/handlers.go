@@ -84,6 +84,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	contract.bounds = boundsOf(locker)
 	s := &server{locker: locker, opt: o, validate: newValidator()}
 
 	r := chi.NewRouter()
@@ -93,9 +94,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	}
 	r.Use(o.Middleware...)
 	r.Use(contract.enforce(o.BodyLimit))
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		problem(w, r, http.StatusNotFound, apiNotFound, "no such route: "+r.URL.Path)
-	})
+	r.NotFound(notFound)
 	router := r
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		// RFC 9110 §15.5.6: a 405 lists the methods the resource supports.
