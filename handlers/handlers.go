@@ -114,12 +114,14 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
 	}
-	r.Route("/locks/{resource}", func(r chi.Router) {
-		r.Put("/", s.acquire)
-		r.Patch("/", s.extend)
-		r.Delete("/", s.release)
-		r.Get("/", s.inspect)
-	})
+	// Exact paths only: chi's Route would also serve "/locks/x/", a path
+	// the contract does not know and so would not check (body limit,
+	// media type, headers). That path is a name with a slash: notFound's
+	// 400.
+	r.Put("/locks/{resource}", s.acquire)
+	r.Patch("/locks/{resource}", s.extend)
+	r.Delete("/locks/{resource}", s.release)
+	r.Get("/locks/{resource}", s.inspect)
 	return r, nil
 }
 

@@ -102,7 +102,7 @@ func TestAResourceNameWithASlashIsRefusedNamingTheRule(t *testing.T) {
 	g := defaultGateway(t)
 	l := g.acquire(t, "a", "", "")
 	for _, method := range []string{GET, PUT, PATCH, DELETE, POST, "HEAD"} {
-		for _, target := range []string{"/locks/a/b", "/locks/a/b/c", "/locks//a", "/locks/a//"} {
+		for _, target := range []string{"/locks/a/b", "/locks/a/b/c", "/locks//a", "/locks/a//", "/locks/a/"} {
 			res := g.do(t, method, target, "", api.HeaderLeaseID, l.LeaseID)
 			if method == "HEAD" {
 				if res.Status != http.StatusBadRequest {
@@ -116,6 +116,17 @@ func TestAResourceNameWithASlashIsRefusedNamingTheRule(t *testing.T) {
 			}
 		}
 	}
+	// A trailing slash once reached the handlers without the contract's
+	// checks (found by FuzzResourcePath): a body over the limit, or not
+	// JSON, took the lock.
+	for _, ct := range []string{api.MediaJSON, "text/plain"} {
+		body := `{"owner":"x"}` + strings.Repeat(" ", 20<<10)
+		p := wantProblem(t, g.do(t, PUT, "/locks/b/", body, "Content-Type", ct), http.StatusBadRequest, api.ProblemInvalid)
+		if p.Field != "resource" {
+			t.Errorf("PUT /locks/b/ (%s): field %q, want resource", ct, p.Field)
+		}
+	}
+	wantProblem(t, g.do(t, GET, "/locks/b", ""), http.StatusNotFound, api.ProblemNotHeld)
 	// Not below a lock: still 404.
 	for _, target := range []string{"/locks/", "/lock/a/b", "/nope/locks/a/b"} {
 		wantProblem(t, g.do(t, GET, target, ""), http.StatusNotFound, api.ProblemNotFound)
