@@ -165,7 +165,9 @@ func FuzzExtend(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = g.locker.Release(context.Background(), lockcore.ReleaseRequest{Resource: resource, LeaseID: l.ID}) }()
+		defer func() {
+			_ = g.locker.Release(context.Background(), lockcore.ReleaseRequest{Resource: resource, LeaseID: l.ID})
+		}()
 		lease := leaseB
 		if ownLease {
 			lease = l.ID
@@ -192,7 +194,9 @@ func FuzzRelease(f *testing.F) {
 		if _, err := g.locker.Acquire(context.Background(), lockcore.AcquireRequest{Resource: resource, LeaseID: leaseA, TTL: 10 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		defer func() { _ = g.locker.Release(context.Background(), lockcore.ReleaseRequest{Resource: resource, LeaseID: leaseA}) }()
+		defer func() {
+			_ = g.locker.Release(context.Background(), lockcore.ReleaseRequest{Resource: resource, LeaseID: leaseA})
+		}()
 		g.serve(t, bodyRequest(DELETE, "/locks/"+resource, body, "", api.HeaderLeaseID, lease, api.HeaderIfMatch, ifMatch))
 	})
 }
