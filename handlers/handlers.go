@@ -84,6 +84,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	contract.bounds = boundsOf(locker)
 	s := &server{locker: locker, opt: o, validate: newValidator()}
 
 	r := chi.NewRouter()
@@ -93,9 +94,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	}
 	r.Use(o.Middleware...)
 	r.Use(contract.enforce(o.BodyLimit))
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		problem(w, r, http.StatusNotFound, apiNotFound, "no such route: "+r.URL.Path)
-	})
+	r.NotFound(notFound)
 	router := r
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		// RFC 9110 §15.5.6: a 405 lists the methods the resource supports.
@@ -115,12 +114,14 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
 	}
-	r.Route("/locks/{resource}", func(r chi.Router) {
-		r.Put("/", s.acquire)
-		r.Patch("/", s.extend)
-		r.Delete("/", s.release)
-		r.Get("/", s.inspect)
-	})
+	// Exact paths only: chi's Route would also serve "/locks/x/", a path
+	// the contract does not know and so would not check (body limit,
+	// media type, headers). That path is a name with a slash: notFound's
+	// 400.
+	r.Put("/locks/{resource}", s.acquire)
+	r.Patch("/locks/{resource}", s.extend)
+	r.Delete("/locks/{resource}", s.release)
+	r.Get("/locks/{resource}", s.inspect)
 	return r, nil
 }
 

@@ -156,11 +156,17 @@ func checkContract(t *testing.T, method, target string, res response) {
 	route, params, err := router.FindRoute(req)
 	if err != nil {
 		// Only what the contract does not describe may miss its routes.
+		// A name with a slash below /locks/ is refused like any other bad
+		// resource name.
 		switch {
 		case errors.Is(err, routers.ErrPathNotFound) && res.Status == http.StatusNotFound:
+		case errors.Is(err, routers.ErrPathNotFound) && res.Status == http.StatusBadRequest && strings.HasPrefix(req.URL.Path, "/locks/"):
 		case errors.Is(err, routers.ErrMethodNotAllowed) && res.Status == http.StatusMethodNotAllowed:
 		default:
 			t.Errorf("%s %s answered %d but openapi.yaml has no such operation: %v", method, target, res.Status, err)
+		}
+		if res.Status >= 400 {
+			checkProblemSchema(t, res)
 		}
 		return
 	}
@@ -1164,7 +1170,7 @@ func TestRoutesOutsideTheLocks(t *testing.T) {
 		typ                  string
 	}{
 		{"an unknown route is a 404 problem", GET, "/nope", http.StatusNotFound, api.ProblemNotFound},
-		{"a path below a lock is a 404 problem", GET, "/locks/a/b", http.StatusNotFound, api.ProblemNotFound},
+		{"a path below a lock is a 400 problem naming the resource rule", GET, "/locks/a/b", http.StatusBadRequest, api.ProblemInvalid},
 		{"the collection of locks is a 404 problem", GET, "/locks/", http.StatusNotFound, api.ProblemNotFound},
 		{"POST on a lock is a 405 problem", POST, "/locks/x", http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed},
 		{"PUT on healthz is a 405 problem", PUT, "/healthz", http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed},

@@ -90,6 +90,9 @@ func recoverer(next http.Handler) http.Handler {
 // contract enforces openapi.yaml on requests.
 type contract struct {
 	router routers.Router
+	// bounds, if set, says what a field outside the server's configured
+	// range must be (see boundsOf).
+	bounds func(field string) (reason string, ok bool)
 }
 
 func newContract(spec []byte) (*contract, error) {
@@ -127,7 +130,14 @@ func (c *contract) enforce(limit int64) func(http.Handler) http.Handler {
 			}
 			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 			if err != nil {
-				problem(w, r, http.StatusBadRequest, apiInvalid, "could not read the request body")
+				detail := "body: could not be read"
+				var slow *slowBodyError
+				if errors.As(err, &slow) {
+					detail = "body: " + slow.Error() + "; the connection is closed"
+				}
+				p := newProblem(r, http.StatusBadRequest, apiInvalid, detail)
+				p.Field = "body"
+				writeProblem(w, r, p, apiInvalid)
 				return
 			}
 			if int64(len(body)) > limit {
@@ -147,7 +157,7 @@ func (c *contract) enforce(limit int64) func(http.Handler) http.Handler {
 				Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
 			}
 			if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-				field, reason := describe(err)
+				field, reason := describe(err, c.bounds)
 				p := newProblem(r, http.StatusBadRequest, apiInvalid, field+": "+reason)
 				p.Field = field
 				writeProblem(w, r, p, apiInvalid)
@@ -163,7 +173,11 @@ var unknownProperty = regexp.MustCompile(`^property "([^"]+)" is unsupported`)
 
 // describe names the field of a validation error and says what is wrong with
 // it, without echoing the value (a header may carry a lease id).
-func describe(err error) (field, reason string) {
+//
+// A number outside the contract's range for a field the server bounds more
+// tightly (ttl_ms, wait_ms) is described by bounds, so that 0 and 50 both
+// name the server's configured range rather than the contract's wider one.
+func describe(err error, bounds func(string) (string, bool)) (field, reason string) {
 	var re *openapi3filter.RequestError
 	if !errors.As(err, &re) {
 		return "request", "does not match the API contract"
@@ -183,6 +197,13 @@ func describe(err error) (field, reason string) {
 	case hasSchema:
 		field = strings.Join(se.JSONPointer(), ".")
 		reason = se.Reason
+		if se.SchemaField == "minimum" || se.SchemaField == "maximum" {
+			if bounds != nil {
+				if b, ok := bounds(field); ok {
+					reason = b
+				}
+			}
+		}
 		if m := unknownProperty.FindStringSubmatch(se.Reason); field == "" && m != nil {
 			field, reason = m[1], "is not a known field"
 		}
@@ -209,8 +230,10 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		badBody(w, r, err)
 		return false
 	}
-	if dec.More() {
-		problem(w, r, http.StatusBadRequest, apiInvalid, "body: trailing data after the JSON object")
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		p := newProblem(r, http.StatusBadRequest, apiInvalid, "body: trailing data after the JSON object")
+		p.Field = "body"
+		writeProblem(w, r, p, apiInvalid)
 		return false
 	}
 	if err := s.validate.Struct(v); err != nil {

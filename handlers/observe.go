@@ -15,7 +15,6 @@ import (
 // resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
-		rest = strings.TrimSuffix(rest, "/")
 		if rest == "" || strings.Contains(rest, "/") {
 			return "other"
 		}

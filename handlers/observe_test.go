@@ -16,7 +16,7 @@ import (
 func TestOperation(t *testing.T) {
 	tests := []struct{ method, path, want string }{
 		{PUT, "/locks/a", "acquire"},
-		{PUT, "/locks/a/", "acquire"},
+		{PUT, "/locks/a/", "other"},
 		{PATCH, "/locks/a", "extend"},
 		{DELETE, "/locks/a", "release"},
 		{GET, "/locks/a", "inspect"},

@@ -49,7 +49,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 	)
 	switch {
 	case errors.As(err, &invalid):
-		p := newProblem(r, http.StatusBadRequest, apiInvalid, invalid.Field+" "+invalid.Reason)
+		p := newProblem(r, http.StatusBadRequest, apiInvalid, invalid.Field+": "+invalid.Reason)
 		p.Field = invalid.Field
 		writeProblem(w, r, p, apiInvalid)
 	case errors.As(err, &taken):
@@ -74,7 +74,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 			Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusServiceUnavailable, apiNoQuorum,
-			strconv.Itoa(quorum.Answered)+" of the "+strconv.Itoa(quorum.Needed)+" lock nodes needed answered; try again")
+			strconv.Itoa(quorum.Answered)+" of the "+lockNodes(quorum.Needed)+" needed answered; try again")
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusTooManyRequests, apiTooManyWaiters, "this replica has its maximum number of waiters; try again")
@@ -118,4 +118,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", api.MediaJSON)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// lockNodes says "1 lock node" or "n lock nodes".
+func lockNodes(n int) string {
+	if n == 1 {
+		return "1 lock node"
+	}
+	return strconv.Itoa(n) + " lock nodes"
 }

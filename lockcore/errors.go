@@ -78,7 +78,11 @@ type QuorumError struct {
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lockcore: %s: %d of %d nodes needed answered", e.Op, e.Answered, e.Needed)
+	noun := "nodes"
+	if e.Needed == 1 {
+		noun = "node"
+	}
+	fmt.Fprintf(&b, "lockcore: %s: %d of the %d %s needed answered", e.Op, e.Answered, e.Needed, noun)
 	for i, c := range e.Causes {
 		if i == 0 {
 			b.WriteString(": ")

@@ -29,6 +29,12 @@ type config struct {
 	LogLevel    string
 	AuthFile    string
 
+	// ReadHeaderTimeout, ReadBodyTimeout and MaxHeaderBytes bound how long
+	// and how much the server reads of a request (see newServer).
+	ReadHeaderTimeout time.Duration
+	ReadBodyTimeout   time.Duration
+	MaxHeaderBytes    int
+
 	// tokens is the loaded -auth-file, nil when access control is off.
 	tokens *auth.Policy
 	// effective lists every setting's value (passwords masked) and where it
@@ -122,6 +128,16 @@ var settings = []setting{
 			return fmt.Errorf("must be a whole number of bytes from 256 to 1048576")
 		}
 		c.BodyLimit = n
+		return nil
+	}},
+	{"read-header-timeout", "LOCKGATE_READ_HEADER_TIMEOUT", "10s", "time a client has to send a request's headers before the connection is closed", durationSetting(func(c *config) *time.Duration { return &c.ReadHeaderTimeout })},
+	{"read-body-timeout", "LOCKGATE_READ_BODY_TIMEOUT", "5s", "time a client has to send a request's body before 400 and a closed connection (a wait_ms is not counted)", durationSetting(func(c *config) *time.Duration { return &c.ReadBodyTimeout })},
+	{"max-header-bytes", "LOCKGATE_MAX_HEADER_BYTES", "16384", "largest request line and headers in bytes before 431", func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1024 || n > 1<<20 {
+			return fmt.Errorf("must be a whole number of bytes from 1024 to 1048576")
+		}
+		c.MaxHeaderBytes = n
 		return nil
 	}},
 	{"log-level", "LOCKGATE_LOG_LEVEL", "info", "debug, info, warn or error", func(c *config, v string) error {

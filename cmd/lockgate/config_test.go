@@ -40,7 +40,11 @@ func badValues(t *testing.T) map[string][]string {
 		"max-waiters":  {"0", "-1", "many"},
 		"body-limit":   {"x", "10", "2000000"},
 		"log-level":    {"loud", "INFO", "trace"},
-		"auth-file":    {filepath.Join(dir, "absent"), garbled, empty},
+
+		"read-header-timeout": {"10", "0s", "-1s"},
+		"read-body-timeout":   {"soon", "0s", "-1s"},
+		"max-header-bytes":    {"x", "1023", "1048577", "-1"},
+		"auth-file":           {filepath.Join(dir, "absent"), garbled, empty},
 	}
 }
 
@@ -101,7 +105,8 @@ func TestGoodValues(t *testing.T) {
 			return c.Addr == "127.0.0.1:8080" && len(c.Redis) == 0 && c.NodeTimeout == 50*time.Millisecond &&
 				c.DriftFactor == 0.01 && c.MinTTL == 100*time.Millisecond && c.MaxTTL == time.Hour &&
 				c.DefaultTTL == 30*time.Second && c.MaxWait == 5*time.Minute && c.MaxWaiters == 10000 &&
-				c.BodyLimit == 16384 && c.LogLevel == "info" && c.AuthFile == "" && c.tokens == nil
+				c.BodyLimit == 16384 && c.LogLevel == "info" && c.AuthFile == "" && c.tokens == nil &&
+				c.ReadHeaderTimeout == 10*time.Second && c.ReadBodyTimeout == 5*time.Second && c.MaxHeaderBytes == 16384
 		}},
 		{"an environment variable replaces the default", nil, map[string]string{"LOCKGATE_NODE_TIMEOUT": "20ms"},
 			func(c *config) bool { return c.NodeTimeout == 20*time.Millisecond }},
@@ -112,11 +117,13 @@ func TestGoodValues(t *testing.T) {
 				return len(c.Redis) == 3 && c.Redis[0] == "redis://:pw@a:1" && c.Redis[1] == "rediss://user:pw@b:2/0"
 			}},
 		{"every tuning setting is settable", []string{"-drift-factor", "0.02", "-min-ttl", "200ms", "-max-ttl", "2h",
-			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug"}, nil,
+			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug",
+			"-read-header-timeout", "3s", "-read-body-timeout", "2s", "-max-header-bytes", "4096"}, nil,
 			func(c *config) bool {
 				return c.DriftFactor == 0.02 && c.MinTTL == 200*time.Millisecond && c.MaxTTL == 2*time.Hour &&
 					c.DefaultTTL == time.Minute && c.MaxWait == time.Minute && c.MaxWaiters == 5 &&
-					c.BodyLimit == 4096 && c.LogLevel == "debug"
+					c.BodyLimit == 4096 && c.LogLevel == "debug" &&
+					c.ReadHeaderTimeout == 3*time.Second && c.ReadBodyTimeout == 2*time.Second && c.MaxHeaderBytes == 4096
 			}},
 	}
 	for _, tt := range tests {
