@@ -176,6 +176,28 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart on port %d: %v", s.port, err)
 }
 
+// RestartEmpty kills the server, deletes everything in its data directory
+// but its log (the AOF and any RDB snapshot), and starts it again on the
+// same port: the server comes back answering PING with no data, as a node
+// that lost its disk would.
+func (s *Server) RestartEmpty() {
+	s.t.Helper()
+	s.Kill()
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		s.t.Fatalf("redistest: read data directory: %v", err)
+	}
+	for _, e := range entries {
+		if e.Name() == "redis.log" {
+			continue
+		}
+		if err := os.RemoveAll(s.dir + "/" + e.Name()); err != nil {
+			s.t.Fatalf("redistest: wipe data directory: %v", err)
+		}
+	}
+	s.Restart()
+}
+
 // Running reports whether the process is running (paused counts as running).
 func (s *Server) Running() bool {
 	s.mu.Lock()

@@ -1,6 +1,9 @@
 package redistest
 
 import (
+	"bufio"
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,5 +35,50 @@ func TestServerLifecycle(t *testing.T) {
 	s.Restart()
 	if err := ping(s.Addr()); err != nil {
 		t.Fatalf("restarted server does not answer PING: %v", err)
+	}
+}
+
+// do sends one inline command and returns the first line of the reply.
+func do(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	return strings.TrimSpace(line)
+}
+
+func TestRestartKeepsDataRestartEmptyLosesIt(t *testing.T) {
+	s := Start(t, &Options{AOF: true})
+	if got := do(t, s.Addr(), "SET k v"); got != "+OK" {
+		t.Fatalf("SET: %q", got)
+	}
+	s.Restart()
+	if got := do(t, s.Addr(), "DBSIZE"); got != ":1" {
+		t.Fatalf("after Restart (AOF) DBSIZE = %q, want :1", got)
+	}
+	port := s.Addr()
+	s.RestartEmpty()
+	if s.Addr() != port {
+		t.Fatalf("RestartEmpty moved the server from %s to %s", port, s.Addr())
+	}
+	if got := do(t, s.Addr(), "DBSIZE"); got != ":0" {
+		t.Fatalf("after RestartEmpty DBSIZE = %q, want :0", got)
+	}
+	if got := do(t, s.Addr(), "SET k2 v"); got != "+OK" {
+		t.Fatalf("SET after RestartEmpty: %q", got)
+	}
+	s.Restart()
+	if got := do(t, s.Addr(), "DBSIZE"); got != ":1" {
+		t.Fatalf("the AOF written after RestartEmpty did not survive a Restart: DBSIZE = %q", got)
 	}
 }

@@ -1,0 +1,188 @@
+// Package faultproxy is a small TCP proxy for fault-injection tests. It sits
+// between a client (a lockgate gateway) and a server (a redis-server) on
+// loopback and, on command, delays replies, drops replies after forwarding
+// the request (the lost-reply case: the server ran the command, the client
+// never hears of it), or cuts every open connection.
+//
+// Faults apply to bytes flowing from the server to the client; requests are
+// always forwarded. A Proxy with no fault set is a plain pass-through.
+package faultproxy
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy forwards every connection accepted on Addr to a target address. It
+// is safe for concurrent use.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	delay  time.Duration
+	drop   bool
+	conns  map[*pair]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	accepted, dropped, cut atomic.Int64
+}
+
+// Stats counts what a Proxy did since it started.
+type Stats struct {
+	Accepted       int64 // client connections accepted
+	DroppedReplies int64 // replies swallowed (each also closed its connection)
+	CutConns       int64 // connections closed by Cut
+}
+
+type pair struct{ client, server net.Conn }
+
+func (p *pair) close() { _ = p.client.Close(); _ = p.server.Close() }
+
+// Start listens on a free loopback port and forwards to target (host:port).
+// Call Close to stop it.
+func Start(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: make(map[*pair]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's listening host:port; clients connect here.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay makes every chunk of reply wait d before it is passed on; 0 turns
+// the delay off. It applies to connections already open.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// SetDropReplies, while on, forwards requests to the server but swallows
+// the first reply on each connection and then closes that connection, so
+// the command ran on the server and the client sees only a broken
+// connection.
+func (p *Proxy) SetDropReplies(on bool) {
+	p.mu.Lock()
+	p.drop = on
+	p.mu.Unlock()
+}
+
+// Cut closes every connection open now and returns how many it closed. New
+// connections are accepted as before.
+func (p *Proxy) Cut() int {
+	p.mu.Lock()
+	open := make([]*pair, 0, len(p.conns))
+	for c := range p.conns {
+		open = append(open, c)
+	}
+	p.mu.Unlock()
+	for _, c := range open {
+		c.close()
+	}
+	p.cut.Add(int64(len(open)))
+	return len(open)
+}
+
+// Heal turns every fault off (no delay, no dropped replies).
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	p.delay, p.drop = 0, false
+	p.mu.Unlock()
+}
+
+// Stats returns the proxy's counters.
+func (p *Proxy) Stats() Stats {
+	return Stats{Accepted: p.accepted.Load(), DroppedReplies: p.dropped.Load(), CutConns: p.cut.Load()}
+}
+
+// Close stops listening, closes every connection and waits for the proxy's
+// goroutines to end.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.accepted.Add(1)
+		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		pr := &pair{client: c, server: s}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			pr.close()
+			return
+		}
+		p.conns[pr] = struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.requests(pr)
+		go p.replies(pr)
+	}
+}
+
+func (p *Proxy) forget(pr *pair) {
+	pr.close()
+	p.mu.Lock()
+	delete(p.conns, pr)
+	p.mu.Unlock()
+}
+
+// requests copies client → server unchanged.
+func (p *Proxy) requests(pr *pair) {
+	defer p.wg.Done()
+	defer p.forget(pr)
+	_, _ = io.Copy(pr.server, pr.client)
+}
+
+// replies copies server → client, applying the current faults per chunk.
+func (p *Proxy) replies(pr *pair) {
+	defer p.wg.Done()
+	defer p.forget(pr)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pr.server.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			delay, drop := p.delay, p.drop
+			p.mu.Unlock()
+			if drop {
+				p.dropped.Add(1)
+				return // the deferred forget closes both sides
+			}
+			if delay > 0 {
+				time.Sleep(delay)
+			}
+			if _, werr := pr.client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
