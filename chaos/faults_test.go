@@ -1,0 +1,230 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const (
+	ttl     = time.Second
+	healGap = 3 * ttl
+	// bound is C4's limit: the TTL plus the retry bound (a client that
+	// retries for two seconds after a heal).
+	bound = ttl + 2*time.Second
+	// settle widens each fault window for C1: a grant made by nodes that
+	// were faulty can outlive the fault by the largest TTL (2s), twice over.
+	settle = 4 * time.Second
+)
+
+// profile is the shape of one run.
+type profile struct {
+	name        string
+	duration    time.Duration
+	clients     int
+	maxFaults   int
+	episodeOnly bool
+	unsafe      bool
+}
+
+func shortProfile() profile {
+	return profile{name: "short", duration: 60 * time.Second, clients: 32, maxFaults: 40}
+}
+
+// chosenProfile is the short profile, or the long one under
+// LOCKGATE_CHAOS=long (12 minutes unless LOCKGATE_CHAOS_DURATION says).
+func chosenProfile(t *testing.T) profile {
+	p := shortProfile()
+	if os.Getenv("LOCKGATE_CHAOS") != "long" {
+		return p
+	}
+	p.name, p.duration, p.maxFaults = "long", 12*time.Minute, 10000
+	if d := os.Getenv("LOCKGATE_CHAOS_DURATION"); d != "" {
+		v, err := time.ParseDuration(d)
+		if err != nil || v < time.Minute {
+			t.Fatalf("LOCKGATE_CHAOS_DURATION=%q: want a duration of at least 1m", d)
+		}
+		p.duration = v
+	}
+	return p
+}
+
+func chaosSeed(t *testing.T) uint64 {
+	if s := os.Getenv("LOCKGATE_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LOCKGATE_CHAOS_SEED=%q is not a whole number", s)
+		}
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// runProfile starts the topology, runs the clients and the nemesis, heals
+// everything and checks the history.
+func runProfile(t *testing.T, p profile) *Summary {
+	if testing.Short() {
+		t.Skip("fault-injection suite: starts 5 redis-server and 3 gateway processes for a minute; skipped under -short")
+	}
+	seed := chaosSeed(t)
+	t.Logf("profile %s, seed %d (rerun with LOCKGATE_CHAOS_SEED=%d), protection off: %v", p.name, seed, seed, p.unsafe)
+	cl := startCluster(t, p.unsafe)
+	s := &Summary{Profile: p.name, Seed: seed, Started: time.Now(), Clients: p.clients, Nodes: len(cl.nodes),
+		Gateways: len(cl.gws), TTL: ttl, Bound: bound, Unsafe: p.unsafe}
+	s.MemBefore = cl.memory(t)
+
+	rec := NewRecorder()
+	w := newWorkload(rec, cl, p.clients, seed, ttl)
+	n := &nemesis{t: t, cl: cl, w: w, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), ttl: ttl, healGap: healGap,
+		wiped: map[int]bool{}, episode: []string{"episode-0", "episode-1", "episode-2", "episode-3"}}
+
+	loadCtx, stopLoad := context.WithTimeout(context.Background(), p.duration)
+	defer stopLoad()
+	// The nemesis stops early enough for C4 to see every heal followed by
+	// bound of load.
+	nemCtx, stopNem := context.WithTimeout(loadCtx, p.duration-bound-time.Second)
+	defer stopNem()
+	maxCycles := int(p.duration/w.think) + 1
+	loadDone := make(chan struct{})
+	go func() { w.run(loadCtx, p.clients, maxCycles); close(loadDone) }()
+
+	sleepCtx(nemCtx, 2*time.Second) // warm-up: some grants on every resource before the first fault
+	n.run(nemCtx, p.episodeOnly, p.maxFaults)
+	if p.episodeOnly {
+		sleepCtx(loadCtx, bound+time.Second)
+		stopLoad()
+	}
+	<-loadDone
+	cl.healAll()
+
+	// Every replica must grant again once everything healed.
+	for g := range cl.gws {
+		ok := false
+		for try := 0; try < 20 && !ok; try++ {
+			lease := fmt.Sprintf("probe-%d-%d-%016x", g, try, seed)
+			e := w.call(context.Background(), -2, g, OpAcquire, fmt.Sprintf("probe-%d", g), lease, `{"ttl_ms":1000}`)
+			if ok = e.Outcome == Ok; ok {
+				w.call(context.Background(), -2, g, OpRelease, fmt.Sprintf("probe-%d", g), lease, "")
+			} else {
+				time.Sleep(250 * time.Millisecond)
+			}
+		}
+		if !ok {
+			t.Errorf("gateway %d grants nothing 5s after every fault healed", g)
+		}
+	}
+	s.Duration = rec.Now()
+	s.MemAfter = cl.memory(t)
+	s.Events, s.Faults = rec.Events(), n.Faults()
+	s.C1, s.C1Excused = CheckC1(s.Events, s.Faults, settle)
+	s.C2 = CheckC2(s.Events)
+	s.C3, s.Refused = CheckC3(s.Events, w.reg.Log(), w.reg.Finals(context.Background()))
+	s.C4, s.Gaps = CheckC4(s.Events, s.Faults, bound, s.Duration)
+	s.C5 = CheckC5(s.Events)
+	s.MaxFaultyNodes = MaxFaulty(s.Faults, healGap-100*time.Millisecond)
+	for i := range cl.nodes {
+		if n.wiped[i] {
+			s.WipedNodes = append(s.WipedNodes, i)
+		}
+	}
+	logSummary(t, s)
+	return s
+}
+
+func logSummary(t *testing.T, s *Summary) {
+	ops := s.Ops()
+	for _, op := range []Op{OpAcquire, OpExtend, OpRelease, OpWrite} {
+		t.Logf("%-8s ok %6d  fail %6d  unknown %5d", op, ops[op][Ok], ops[op][Fail], ops[op][Unknown])
+	}
+	kinds, count, _ := s.FaultsByKind()
+	for _, k := range kinds {
+		t.Logf("fault %-27s ×%d", k, count[k])
+	}
+	t.Logf("stale writes refused %d; C1 overlaps inside fault windows %d; max faulty nodes %d; wiped nodes %v",
+		s.Refused, s.C1Excused, s.MaxFaultyNodes, s.WipedNodes)
+	for i := range s.MemBefore {
+		t.Logf("node %d: DBSIZE %d → %d, used_memory %d → %d", i, s.MemBefore[i].Keys, s.MemAfter[i].Keys,
+			s.MemBefore[i].UsedMemory, s.MemAfter[i].UsedMemory)
+	}
+	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5} {
+		for i, v := range vs {
+			if i == 5 {
+				t.Logf("… %d more %s", len(vs)-5, v.Check)
+				break
+			}
+			t.Log(v)
+		}
+	}
+}
+
+// TestFaults runs the chosen profile with the data-loss protection on. It
+// fails on any C1 (in fault-free windows), C2, C3, C4 or C5 violation, on
+// a 5xx other than 503, and if the run did not do what it claims: too
+// little load, a fault kind missing, fewer than three nodes losing data, or
+// more than two nodes faulty at once. The long profile writes
+// RELIABILITY.md at the repository root.
+func TestFaults(t *testing.T) {
+	p := chosenProfile(t)
+	s := runProfile(t, p)
+
+	ops := s.Ops()
+	if ops[OpAcquire][Ok] < 200 || ops[OpWrite][Ok] < 200 || ops[OpRelease][Ok] < 100 {
+		t.Errorf("too little load to judge: %d acquires, %d writes, %d releases succeeded",
+			ops[OpAcquire][Ok], ops[OpWrite][Ok], ops[OpRelease][Ok])
+	}
+	_, count, _ := s.FaultsByKind()
+	for _, k := range append(slices.Clone(randomKinds), kindLag, kindLastCurrent) {
+		if count[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	if len(s.WipedNodes) < 3 {
+		t.Errorf("nodes that lost data: %v; the run must wipe more than a majority over time", s.WipedNodes)
+	}
+	if s.MaxFaultyNodes > 2 {
+		t.Errorf("%d nodes were faulty at once; the nemesis must keep to a minority", s.MaxFaultyNodes)
+	}
+	if n := s.ServerErrors(); n > 0 {
+		t.Errorf("gateways answered %d requests with a 5xx other than 503", n)
+	}
+	for _, c := range []struct {
+		name string
+		v    []Violation
+	}{{"C1 (fault-free windows)", s.C1}, {"C2", s.C2}, {"C3", s.C3}, {"C4", s.C4}, {"C5", s.C5}} {
+		if len(c.v) > 0 {
+			t.Errorf("%s: %d violations, first: %v", c.name, len(c.v), c.v[0])
+		}
+	}
+	if p.name == "long" {
+		if s.Duration < 10*time.Minute {
+			t.Logf("run lasted %v: RELIABILITY.md is written only by runs of 10 minutes or more", s.Duration)
+			return
+		}
+		path := filepath.Join("..", "RELIABILITY.md")
+		if err := os.WriteFile(path, []byte(s.Markdown()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+}
+
+// TestFaultsCatchC2WithoutProtection starts the gateways with the
+// data-loss protection switched off and plays the deterministic episode
+// (two nodes fall behind, two others restart empty, the last current node
+// pauses). It fails unless C2 catches the token that went backwards: it is
+// the proof that the suite can fail.
+func TestFaultsCatchC2WithoutProtection(t *testing.T) {
+	p := shortProfile()
+	p.name, p.episodeOnly, p.unsafe, p.duration, p.clients = "short-unprotected", true, true, 40*time.Second, 16
+	s := runProfile(t, p)
+	if len(s.C2) == 0 {
+		t.Fatalf("no C2 violation with the protection off; the suite cannot tell a safe gateway from an unsafe one")
+	}
+	t.Logf("caught %d C2 violations, first: %v", len(s.C2), s.C2[0])
+}
