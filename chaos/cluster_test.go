@@ -202,7 +202,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		t.Cleanup(func() {
 			g.kill()
 			if t.Failed() {
-				t.Logf("gateway %s log (last lines):\n%s", g.addr, tail(g.log.String(), 30))
+				t.Logf("gateway %s log (last lines):\n%s", g.addr, tail(g.log.String(), 8))
 			}
 		})
 		c.gws = append(c.gws, g)
