@@ -18,7 +18,6 @@ import (
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
-	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 // UnsafeEnv is the test-only switch that turns the gateway's data-loss
@@ -66,7 +65,7 @@ type gateway struct {
 	addr string
 	args []string
 	env  []string
-	log  *testlog.Buffer
+	log  *logTail
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -151,6 +150,30 @@ func (g *gateway) signal(sig syscall.Signal, paused bool) {
 func (g *gateway) pause()  { g.signal(syscall.SIGSTOP, true) }
 func (g *gateway) resume() { g.signal(syscall.SIGCONT, false) }
 
+// logTail keeps about the last max bytes written to it, so a long run's
+// gateway logs stay bounded.
+type logTail struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if len(l.b) > 2*l.max {
+		l.b = append([]byte(nil), l.b[len(l.b)-l.max:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
@@ -193,7 +216,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		env = append(env, UnsafeEnv+"=1")
 	}
 	for range 3 {
-		g := &gateway{t: t, bin: bin, addr: freeAddr(t), env: env, log: &testlog.Buffer{},
+		g := &gateway{t: t, bin: bin, addr: freeAddr(t), env: env, log: &logTail{max: 64 << 10},
 			args: []string{"-redis", strings.Join(urls, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
 				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
 		if err := g.launch(); err != nil {
@@ -243,7 +266,6 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
-
 
 // memory reads DBSIZE and INFO memory from every node.
 func (c *cluster) memory(t *testing.T) []NodeMemory {
