@@ -23,7 +23,8 @@
 // paused, two others are restarted empty one after the other, and then the
 // last up-to-date node is paused while those resources are acquired again.
 // Without the gateway's data-loss protection that episode hands out a token
-// lower than one handed out before (a C2 violation).
+// lower than one handed out before (a C2 violation). The long profile plays
+// it again, on fresh resources, every 30 random faults.
 //
 // Profiles:
 //
@@ -34,7 +35,8 @@
 //
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
 // is always logged); LOCKGATE_CHAOS_DURATION overrides the long profile's
-// length (a Go duration, at least 10m for a RELIABILITY.md run). Under
+// length (a Go duration; a run shorter than 10 minutes writes its report to
+// a temporary file instead of RELIABILITY.md). Under
 // -short the suite is skipped.
 //
 // TestFaults runs with the protection on and fails on any C2, C3 or C5

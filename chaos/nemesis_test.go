@@ -24,6 +24,10 @@ const (
 	kindLastCurrent = "episode-pause-last-current"
 )
 
+// episodeEvery is how many random faults separate two episodes; the short
+// profile plays only the first.
+const episodeEvery = 30
+
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
 	kindGwKill, kindGwPause, kindClientPause}
 
@@ -38,10 +42,10 @@ type nemesis struct {
 	ttl     time.Duration
 	healGap time.Duration
 
-	mu      sync.Mutex
-	faults  []Fault
-	wiped   map[int]bool
-	episode []string // the episode's resources
+	mu     sync.Mutex
+	faults []Fault
+	wiped  map[int]bool
+	rounds int // episodes played
 }
 
 func (n *nemesis) now() time.Duration { return n.w.rec.Now() }
@@ -185,12 +189,19 @@ func (n *nemesis) cycle(ctx context.Context, res string, k int) {
 // acquired again: the granting majority is nodes 0, 1, 3 and 4. At no
 // moment are more than two nodes faulty, but over the episode two nodes
 // lost their data and two fell behind.
+//
+// Each episode uses resources of its own that nothing else touches.
 func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
+	n.rounds++
+	var episode []string
+	for k := range 4 {
+		episode = append(episode, fmt.Sprintf("episode-%d-%d", n.rounds, k))
+	}
 	f := Fault{Kind: kindLag, Target: "nodes 3,4", Start: n.now(), Nodes: []int{3, 4}}
 	n.cl.nodes[3].Pause()
 	n.cl.nodes[4].Pause()
 	for k := range 4 {
-		for _, res := range n.episode {
+		for _, res := range episode {
 			n.cycle(ctx, res, k)
 		}
 	}
@@ -211,7 +222,7 @@ func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
 	}
 	f = Fault{Kind: kindLastCurrent, Target: "node 2", Start: n.now(), Nodes: []int{2}}
 	n.cl.nodes[2].Pause()
-	for _, res := range n.episode {
+	for _, res := range episode {
 		n.cycle(ctx, res, 9)
 	}
 	sleepCtx(ctx, n.ttl/2)
@@ -222,7 +233,8 @@ func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
 }
 
 // run plays the episode, then every random kind once in a seeded order,
-// then random kinds until ctx ends or maxFaults were injected.
+// then random kinds until ctx ends or maxFaults were injected; every
+// episodeEvery faults it plays the episode again.
 func (n *nemesis) run(ctx context.Context, episodeOnly bool, maxFaults int) {
 	n.episodeLagThenEmpty(ctx)
 	if episodeOnly {
@@ -231,6 +243,9 @@ func (n *nemesis) run(ctx context.Context, episodeOnly bool, maxFaults int) {
 	order := append([]string(nil), randomKinds...)
 	n.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	for i := 0; i < maxFaults && ctx.Err() == nil; i++ {
+		if i > 0 && i%episodeEvery == 0 {
+			n.episodeLagThenEmpty(ctx)
+		}
 		kind := randomKinds[n.rng.IntN(len(randomKinds))]
 		if i < len(order) {
 			kind = order[i]
