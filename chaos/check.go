@@ -352,3 +352,55 @@ func sortViolations(v []Violation) {
 		return v[i].Resource < v[j].Resource
 	})
 }
+
+// CheckAnswers reports answers that were not true (issue 11, item 4: a
+// reply lost after a script ran must not turn into a wrong answer): an
+// acquire with a lease's first attempt answered 200 "same lease again"
+// instead of 201, and a release by the holder, sent while its grant was
+// still valid, answered 404 "not held" although no node lost its data
+// during the grant.
+func CheckAnswers(events []Event, faults []Fault) []Violation {
+	var v []Violation
+	seen := make(map[string]bool)
+	sorted := append([]Event(nil), events...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Invoke < sorted[j].Invoke })
+	for _, e := range sorted {
+		if e.Op != OpAcquire {
+			continue
+		}
+		k := e.Resource + "\x00" + e.Lease
+		if e.Outcome == Ok && e.Status == 200 && !seen[k] {
+			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke,
+				Detail: "a lease's first acquire answered 200 (same lease again) instead of 201"})
+		}
+		seen[k] = true
+	}
+	byLease := make(map[string]*grant)
+	for _, gs := range grants(events) {
+		for _, g := range gs {
+			byLease[g.ev.Resource+"\x00"+g.ev.Lease] = g
+		}
+	}
+	for _, e := range sorted {
+		if e.Op != OpRelease || e.Foreign || e.Status != 404 {
+			continue
+		}
+		g := byLease[e.Resource+"\x00"+e.Lease]
+		if g == nil || e.Invoke >= g.end {
+			continue
+		}
+		lost := false
+		for _, f := range faults {
+			if f.DataLoss && f.Start <= e.Complete && f.End >= g.begin {
+				lost = true
+			}
+		}
+		if !lost {
+			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke, Detail: fmt.Sprintf(
+				"the holder's release, sent %v before its validity ran out, answered 404",
+				(g.end - e.Invoke).Round(time.Millisecond))})
+		}
+	}
+	sortViolations(v)
+	return v
+}

@@ -203,3 +203,32 @@ func TestCheckC5(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckAnswers(t *testing.T) {
+	reentered := acq("r", "L1", 1, 0, 10, 1000)
+	reentered.Status = 200
+	notHeld := rel("r", "L1", 100, 110, Fail)
+	notHeld.Status = 404
+	tests := []struct {
+		name   string
+		events []Event
+		faults []Fault
+		want   int
+	}{
+		{"201 then a retry's 200", []Event{acq("r", "L1", 1, 0, 10, 1000), func() Event {
+			e := acq("r", "L1", 1, 20, 30, 1000)
+			e.Status = 200
+			return e
+		}()}, nil, 0},
+		{"a first acquire answered 200 (a lost reply re-ran the script)", []Event{reentered}, nil, 1},
+		{"a release while valid answered 404", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeld}, nil, 1},
+		{"a release after the validity answered 404", []Event{acq("r", "L1", 1, 0, 10, 50), notHeld}, nil, 0},
+		{"a node lost its data during the grant", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeld},
+			[]Fault{{Kind: kindEmpty, Start: ms(50), End: ms(60), DataLoss: true}}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantViolations(t, CheckAnswers(tc.events, tc.faults), tc.want, "A ")
+		})
+	}
+}

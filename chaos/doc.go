@@ -15,6 +15,9 @@
 //	C4  after a fault heals, acquisitions succeed again within the TTL plus
 //	    the retry bound
 //	C5  a stale or foreign lease never extended or released another's lock
+//	A   answers stay true: a lease's first acquire answers 201 (not 200
+//	    "same lease again" from a re-run script), and a holder's release
+//	    sent in time does not answer 404
 //
 // The nemesis never has more than two of the five nodes faulty at once, and
 // leaves a healing gap after each data loss, but over a run more nodes
@@ -39,8 +42,9 @@
 // a temporary file instead of RELIABILITY.md). Under
 // -short the suite is skipped.
 //
-// TestFaults runs with the protection on and fails on any C2, C3 or C5
-// violation, on a C1 violation in a fault-free window, and on a C4 miss.
+// TestFaults runs with the protection on and fails on any C2, C3, C5 or A
+// violation, on a C1 violation in a fault-free window, on a C4 miss, and
+// on any 5xx other than 503.
 // TestFaultsCatchC2WithoutProtection starts the gateways with
 // LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 and fails unless the checkers find a
 // C2 violation: it shows that the suite can fail.

@@ -127,6 +127,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 	s.C3, s.Refused = CheckC3(s.Events, w.reg.Log(), w.reg.Finals(context.Background()))
 	s.C4, s.Gaps = CheckC4(s.Events, s.Faults, bound, s.Duration)
 	s.C5 = CheckC5(s.Events)
+	s.Answers = CheckAnswers(s.Events, s.Faults)
 	s.MaxFaultyNodes = MaxFaulty(s.Faults, healGap-100*time.Millisecond)
 	for i := range cl.nodes {
 		if n.wiped[i] {
@@ -152,7 +153,7 @@ func logSummary(t *testing.T, s *Summary) {
 		t.Logf("node %d: DBSIZE %d → %d, used_memory %d → %d", i, s.MemBefore[i].Keys, s.MemAfter[i].Keys,
 			s.MemBefore[i].UsedMemory, s.MemAfter[i].UsedMemory)
 	}
-	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5} {
+	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5, s.Answers} {
 		for i, v := range vs {
 			if i == 5 {
 				t.Logf("… %d more %s", len(vs)-5, v.Check)
@@ -164,7 +165,7 @@ func logSummary(t *testing.T, s *Summary) {
 }
 
 // TestFaults runs the chosen profile with the data-loss protection on. It
-// fails on any C1 (in fault-free windows), C2, C3, C4 or C5 violation, on
+// fails on any C1 (in fault-free windows), C2, C3, C4, C5 or A violation, on
 // a 5xx other than 503, and if the run did not do what it claims: too
 // little load, a fault kind missing, fewer than three nodes losing data, or
 // more than two nodes faulty at once. The long profile writes
@@ -196,7 +197,8 @@ func TestFaults(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		v    []Violation
-	}{{"C1 (fault-free windows)", s.C1}, {"C2", s.C2}, {"C3", s.C3}, {"C4", s.C4}, {"C5", s.C5}} {
+	}{{"C1 (fault-free windows)", s.C1}, {"C2", s.C2}, {"C3", s.C3}, {"C4", s.C4}, {"C5", s.C5},
+		{"A (answers that were not true, issue 11 item 4)", s.Answers}} {
 		if len(c.v) > 0 {
 			t.Errorf("%s: %d violations, first: %v", c.name, len(c.v), c.v[0])
 		}

@@ -34,6 +34,8 @@ type Summary struct {
 	C3        []Violation
 	C4        []Violation
 	C5        []Violation
+	// Answers are answers that were not true (CheckAnswers).
+	Answers   []Violation
 	Refused   int // stale writes the fenced register refused
 	Gaps      []Gap
 	MemBefore []NodeMemory
@@ -144,8 +146,9 @@ func (s *Summary) Markdown() string {
 	p("| C2 | tokens unique per resource; a grant begun after another ended has a higher token | %s |\n", verdict(s.C2))
 	p("| C3 | the fenced register never admitted a lower token after a higher one, nor one token for two leases, and lost no acknowledged write | %s |\n", verdict(s.C3))
 	p("| C4 | after a fault heals, an acquire succeeds within %v (TTL plus the retry bound) | %s |\n", s.Bound, verdict(s.C4))
-	p("| C5 | a stale or foreign lease never extended or released another's lock | %s |\n\n", verdict(s.C5))
-	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5} {
+	p("| C5 | a stale or foreign lease never extended or released another's lock | %s |\n", verdict(s.C5))
+	p("| A | answers stay true: a lease's first grant answers 201, a holder's release in time is not 404 | %s |\n\n", verdict(s.Answers))
+	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5, s.Answers} {
 		for i, v := range vs {
 			if i == 10 {
 				p("- … and %d more %s\n", len(vs)-10, v.Check)
@@ -202,8 +205,8 @@ func (s *Summary) Markdown() string {
 		}
 		p("| %d | %d | %d | %d | %d |\n", i, s.MemBefore[i].Keys, after.Keys, s.MemBefore[i].UsedMemory, after.UsedMemory)
 	}
-	p("\n\"Before\" is taken after the nodes started and before any client ran; \"after\" once every fault was healed\n")
-	p("and the clients stopped (nodes restarted empty during the run lost their keys, so their figures are lower).\n\n")
+	p("\n\"Before\" is read after the nodes started and before any client ran; \"after\" once every fault was healed\n")
+	p("and the clients had stopped.\n\n")
 
 	p("## What is not guaranteed\n\n")
 	p("TODO(lead): state what the protection does not cover, as lockcore/doc.go does (a majority of nodes\n")

@@ -26,6 +26,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		"LOCKGATE_CHAOS_SEED=42",
 		"| C2 | tokens unique per resource; a grant begun after another ended has a higher token | **1 violations** |",
 		"| C5 | a stale or foreign lease never extended or released another's lock | none |",
+		"| A | answers stay true: a lease's first grant answers 201, a holder's release in time is not 404 | none |",
 		"Stale writes refused by the fenced register: **1**",
 		"| acquire | 2 | 1 | 0 | 201×2 503×1 |",
 		"| restart-empty | 1 | 100ms |",
