@@ -251,7 +251,8 @@ type Gap struct {
 // CheckC4 reports a fault after whose heal no acquire sent after the heal
 // succeeded within bound (the TTL plus the retry bound). It also measures,
 // per fault, the longest stretch without a successful acquire. Faults that
-// healed less than bound before runEnd are not judged.
+// healed less than bound before runEnd, or after which no acquire was sent
+// within bound, are not judged.
 func CheckC4(events []Event, faults []Fault, bound, runEnd time.Duration) (v []Violation, gaps []Gap) {
 	var oks []Event
 	for _, e := range events {
@@ -290,7 +291,7 @@ func CheckC4(events []Event, faults []Fault, bound, runEnd time.Duration) (v []V
 		}
 		g.Longest = max(g.Longest, stop-prev)
 		gaps = append(gaps, g)
-		if f.End+bound > runEnd {
+		if f.End+bound > runEnd || !attempted(events, f.End, f.End+bound) {
 			continue
 		}
 		if g.Recovery < 0 || g.Recovery > bound {
@@ -301,6 +302,16 @@ func CheckC4(events []Event, faults []Fault, bound, runEnd time.Duration) (v []V
 	}
 	sortViolations(v)
 	return v, gaps
+}
+
+// attempted reports whether an acquire was sent in [from, to].
+func attempted(events []Event, from, to time.Duration) bool {
+	for _, e := range events {
+		if e.Op == OpAcquire && e.Invoke >= from && e.Invoke <= to {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckC5 reports an extend or release sent with a foreign lease that

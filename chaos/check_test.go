@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,9 @@ func TestCheckC3(t *testing.T) {
 }
 
 func TestCheckC4(t *testing.T) {
+	refused := func(at int) Event {
+		return Event{Op: OpAcquire, Resource: "c", Lease: fmt.Sprint("R", at), Status: 503, Outcome: Fail, Invoke: ms(at), Complete: ms(at + 50)}
+	}
 	fault := Fault{Kind: "sigstop", Target: "node 2", Start: ms(1000), End: ms(2000)}
 	tests := []struct {
 		name     string
@@ -160,9 +164,10 @@ func TestCheckC4(t *testing.T) {
 		longest  time.Duration
 	}{
 		{"recovers at once", []Event{acq("a", "L1", 1, 900, 950, 1000), acq("b", "L2", 1, 2010, 2030, 1000)}, 0, ms(30), ms(1080)},
-		{"recovers too late", []Event{acq("a", "L1", 1, 900, 950, 1000), acq("b", "L2", 1, 5500, 5600, 1000)}, 1, ms(3600), ms(4650)},
-		{"never recovers", []Event{acq("a", "L1", 1, 900, 950, 1000)}, 1, -1, ms(9050)},
-		{"an acquire sent before the heal does not count", []Event{acq("b", "L2", 1, 1990, 2100, 1000)}, 1, -1, ms(7900)},
+		{"recovers too late", []Event{acq("a", "L1", 1, 900, 950, 1000), refused(2500), acq("b", "L2", 1, 5500, 5600, 1000)}, 1, ms(3600), ms(4650)},
+		{"never recovers", []Event{acq("a", "L1", 1, 900, 950, 1000), refused(2100), refused(4000)}, 1, -1, ms(9050)},
+		{"nobody tried after the heal: not judged", []Event{acq("a", "L1", 1, 900, 950, 1000)}, 0, -1, ms(9050)},
+		{"an acquire sent before the heal does not count", []Event{acq("b", "L2", 1, 1990, 2100, 1000), refused(3000)}, 1, -1, ms(7900)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
