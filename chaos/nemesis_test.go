@@ -22,6 +22,7 @@ const (
 	kindClientPause = "client-pause"
 	kindLag         = "episode-lag" // two nodes paused while episode resources advance
 	kindLastCurrent = "episode-pause-last-current"
+	kindLiveHolder  = "episode-live-holder" // three nodes restart empty, one after another, under a live holder
 )
 
 // episodeEvery is how many random faults separate two episodes; the short
@@ -232,11 +233,79 @@ func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
 	sleepCtx(ctx, n.ttl)
 }
 
-// run plays the episode, then every random kind once in a seeded order,
+// episodeLiveHolder is the second deterministic data-loss scenario. A
+// holder takes a fresh resource and keeps extending it, writing with its
+// token after every extension. Nodes 2, 3 and 4 restart empty one after
+// another, each followed by the healing gap; at no moment is more than one
+// node faulty, but in the end the holder's lock is left only on nodes 0 and
+// 1. Right after the last restart a contender tries the resource a few
+// times, and once more after the gap. Without the protection the three
+// wiped nodes grant it at once, with the holder's own token.
+func (n *nemesis) episodeLiveHolder(ctx context.Context) {
+	res := fmt.Sprintf("live-holder-%d", n.rounds)
+	rng := rand.New(rand.NewPCG(uint64(n.rounds), 11))
+	ep := Fault{Kind: kindLiveHolder, Target: res, Start: n.now()}
+	body := fmt.Sprintf(`{"ttl_ms":%d}`, n.ttl.Milliseconds())
+	lease := n.w.newLease(-1, rng)
+	a := n.w.call(ctx, -1, 0, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":500}`, n.ttl.Milliseconds()))
+	if a.Outcome != Ok {
+		n.t.Logf("live-holder episode: the holder got no grant (status %d)", a.Status)
+		return
+	}
+	n.w.write(ctx, -1, res, lease, a.Token)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(n.ttl / 4):
+			}
+			if x := n.w.call(ctx, -1, k%len(n.cl.gws), OpExtend, res, lease, body); x.Outcome == Ok {
+				n.w.write(ctx, -1, res, lease, x.Token)
+			}
+		}
+	}()
+	contend := func(tries int) {
+		for k := range tries {
+			l2 := n.w.newLease(-1, rng)
+			c := n.w.call(ctx, -1, (k+1)%len(n.cl.gws), OpAcquire, res, l2, body)
+			if c.Outcome == Ok {
+				n.w.write(ctx, -1, res, l2, c.Token)
+				n.w.call(ctx, -1, (k+1)%len(n.cl.gws), OpRelease, res, l2, "")
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, i := range []int{2, 3, 4} {
+		f := Fault{Kind: kindEmpty, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+		n.cl.nodes[i].RestartEmpty()
+		f.End = n.now()
+		n.mu.Lock()
+		n.wiped[i] = true
+		n.mu.Unlock()
+		n.add(f)
+		if i == 4 {
+			contend(8)
+		}
+		sleepCtx(ctx, n.healGap)
+	}
+	close(stop)
+	<-done
+	contend(3)
+	n.w.call(ctx, -1, 0, OpRelease, res, lease, "")
+	ep.End = n.now()
+	n.add(ep)
+}
+
+// run plays the two episodes, then every random kind once in a seeded order,
 // then random kinds until ctx ends or maxFaults were injected; every
-// episodeEvery faults it plays the episode again.
+// episodeEvery faults it plays the episodes again.
 func (n *nemesis) run(ctx context.Context, episodeOnly bool, maxFaults int) {
 	n.episodeLagThenEmpty(ctx)
+	n.episodeLiveHolder(ctx)
 	if episodeOnly {
 		return
 	}
@@ -245,6 +314,7 @@ func (n *nemesis) run(ctx context.Context, episodeOnly bool, maxFaults int) {
 	for i := 0; i < maxFaults && ctx.Err() == nil; i++ {
 		if i > 0 && i%episodeEvery == 0 {
 			n.episodeLagThenEmpty(ctx)
+			n.episodeLiveHolder(ctx)
 		}
 		kind := randomKinds[n.rng.IntN(len(randomKinds))]
 		if i < len(order) {
