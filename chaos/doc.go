@@ -31,8 +31,8 @@
 //
 // Profiles:
 //
-//	go test ./chaos/                  short profile (about a minute), CI
-//	LOCKGATE_CHAOS=long go test ./chaos -run TestFaults -timeout 30m -v
+//	go test ./chaos/                  short profile (about a minute of load), CI
+//	LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v
 //	                                  long profile (12 minutes), writes
 //	                                  RELIABILITY.md at the repository root
 //

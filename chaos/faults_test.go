@@ -35,7 +35,7 @@ type profile struct {
 }
 
 func shortProfile() profile {
-	return profile{name: "short", duration: 72 * time.Second, clients: 32, maxFaults: 40}
+	return profile{name: "short", duration: 60 * time.Second, clients: 32, maxFaults: 40}
 }
 
 // chosenProfile is the short profile, or the long one under
@@ -85,22 +85,22 @@ func runProfile(t *testing.T, p profile) *Summary {
 	n := &nemesis{t: t, cl: cl, w: w, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), ttl: ttl, healGap: healGap,
 		wiped: map[int]bool{}}
 
-	loadCtx, stopLoad := context.WithTimeout(context.Background(), p.duration)
+	// The load runs until the nemesis is done and bound+1s more, so that C4
+	// sees every heal followed by load; the nemesis's random faults stop
+	// bound+1s before the profile's duration, but the episodes and one fault
+	// of each kind are always played, within a hard cap.
+	loadCtx, stopLoad := context.WithTimeout(context.Background(), p.duration+90*time.Second)
 	defer stopLoad()
-	// The nemesis stops early enough for C4 to see every heal followed by
-	// bound of load.
 	nemCtx, stopNem := context.WithTimeout(loadCtx, p.duration-bound-time.Second)
 	defer stopNem()
-	maxCycles := int(p.duration/w.think) + 1
+	maxCycles := int((p.duration+90*time.Second)/w.think) + 1
 	loadDone := make(chan struct{})
 	go func() { w.run(loadCtx, p.clients, maxCycles); close(loadDone) }()
 
-	sleepCtx(nemCtx, 2*time.Second) // warm-up: some grants on every resource before the first fault
-	n.run(nemCtx, p.episodeOnly, p.maxFaults)
-	if p.episodeOnly {
-		sleepCtx(loadCtx, bound+time.Second)
-		stopLoad()
-	}
+	sleepCtx(loadCtx, 2*time.Second) // warm-up: some grants on many resources before the first fault
+	n.run(loadCtx, nemCtx, p.episodeOnly, p.maxFaults)
+	sleepCtx(loadCtx, bound+time.Second)
+	stopLoad()
 	<-loadDone
 	cl.healAll()
 

@@ -300,27 +300,32 @@ func (n *nemesis) episodeLiveHolder(ctx context.Context) {
 	n.add(ep)
 }
 
-// run plays the two episodes, then every random kind once in a seeded order,
-// then random kinds until ctx ends or maxFaults were injected; every
-// episodeEvery faults it plays the episodes again.
-func (n *nemesis) run(ctx context.Context, episodeOnly bool, maxFaults int) {
-	n.episodeLagThenEmpty(ctx)
-	n.episodeLiveHolder(ctx)
+// run plays the two episodes and then every random kind once in a seeded
+// order, all under must (these are what a profile promises, so only the
+// load's own end stops them); then random kinds until ctx ends or
+// maxFaults were injected. Every episodeEvery faults it plays the episodes
+// again.
+func (n *nemesis) run(must, ctx context.Context, episodeOnly bool, maxFaults int) {
+	n.episodeLagThenEmpty(must)
+	n.episodeLiveHolder(must)
 	if episodeOnly {
 		return
 	}
 	order := append([]string(nil), randomKinds...)
 	n.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	for i := 0; i < maxFaults && ctx.Err() == nil; i++ {
-		if i > 0 && i%episodeEvery == 0 {
-			n.episodeLagThenEmpty(ctx)
-			n.episodeLiveHolder(ctx)
-		}
-		kind := randomKinds[n.rng.IntN(len(randomKinds))]
+	for i := 0; i < maxFaults; i++ {
+		c, kind := ctx, randomKinds[n.rng.IntN(len(randomKinds))]
 		if i < len(order) {
-			kind = order[i]
+			c, kind = must, order[i]
 		}
-		n.inject(ctx, kind)
-		sleepCtx(ctx, time.Duration(500+n.rng.IntN(1000))*time.Millisecond)
+		if c.Err() != nil {
+			return
+		}
+		if i > 0 && i%episodeEvery == 0 {
+			n.episodeLagThenEmpty(c)
+			n.episodeLiveHolder(c)
+		}
+		n.inject(c, kind)
+		sleepCtx(c, time.Duration(500+n.rng.IntN(1000))*time.Millisecond)
 	}
 }
