@@ -82,6 +82,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 
 	rec := NewRecorder()
 	w := newWorkload(rec, cl, p.clients, seed, ttl)
+	defer w.http.CloseIdleConnections()
 	n := &nemesis{t: t, cl: cl, w: w, rng: rand.New(rand.NewPCG(seed, 0x6e656d)), ttl: ttl, healGap: healGap,
 		wiped: map[int]bool{}}
 
@@ -227,7 +228,7 @@ func TestFaults(t *testing.T) {
 // and the outcome does not depend on timing.
 func TestFaultsCatchC2WithoutProtection(t *testing.T) {
 	p := shortProfile()
-	p.name, p.episodeOnly, p.unsafe, p.duration, p.clients = "short-unprotected", true, true, 40*time.Second, 0
+	p.name, p.episodeOnly, p.unsafe, p.duration, p.clients = "short-unprotected", true, true, 30*time.Second, 0
 	s := runProfile(t, p)
 	caught := map[string]int{}
 	for _, v := range s.C2 {
