@@ -168,7 +168,10 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 			f := Fault{Kind: "client-pause", Target: fmt.Sprintf("client %d", id), Start: w.rec.Now()}
 			time.Sleep(w.ttl*5/2 + 100*time.Millisecond) // past the TTL, whatever ctx says
 			f.End = w.rec.Now()
-			w.pauseDone <- f
+			select {
+			case w.pauseDone <- f:
+			default: // the nemesis stopped waiting; the stall still happened
+			}
 			paused = true
 		}
 		w.write(ctx, id, res, lease, a.Token)
