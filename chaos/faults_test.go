@@ -123,6 +123,9 @@ func runProfile(t *testing.T, p profile) *Summary {
 	}
 	s.Duration = rec.Now()
 	s.MemAfter = cl.memory(t)
+	for len(w.pauseDone) > 0 { // stalls the nemesis stopped waiting for
+		n.add(<-w.pauseDone)
+	}
 	s.Events, s.Faults = rec.Events(), n.Faults()
 	s.C1, s.C1Excused = CheckC1(s.Events, s.Faults, settle)
 	s.C2 = CheckC2(s.Events)

@@ -36,7 +36,7 @@ type workload struct {
 
 func newWorkload(rec *Recorder, cl *cluster, clients int, seed uint64, ttl time.Duration) *workload {
 	w := &workload{rec: rec, reg: NewRegister(), cl: cl, ttl: ttl, seed: seed, think: 120 * time.Millisecond,
-		pauseReq: make([]atomic.Bool, clients), pauseDone: make(chan Fault, 1)}
+		pauseReq: make([]atomic.Bool, clients), pauseDone: make(chan Fault, clients+1)}
 	w.http = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, DialContext: (&net.Dialer{Timeout: 300 * time.Millisecond}).DialContext}}
 	for i := range 3 {
@@ -168,10 +168,7 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 			f := Fault{Kind: "client-pause", Target: fmt.Sprintf("client %d", id), Start: w.rec.Now()}
 			time.Sleep(w.ttl*5/2 + 100*time.Millisecond) // past the TTL, whatever ctx says
 			f.End = w.rec.Now()
-			select {
-			case w.pauseDone <- f:
-			default: // the nemesis stopped waiting; the stall still happened
-			}
+			w.pauseDone <- f // buffered for every client: never blocks
 			paused = true
 		}
 		w.write(ctx, id, res, lease, a.Token)
