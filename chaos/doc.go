@@ -5,7 +5,7 @@
 // (package fencing) with their token, sometimes extend, and release, while
 // a nemesis kills, wipes, pauses and isolates nodes, gateways and clients.
 // Every operation is recorded as invoke / ok / fail / unknown on one
-// monotonic clock, and five checkers read the history:
+// monotonic clock, and six checkers read the history:
 //
 //	C1  no two grants of a resource overlap in a fault-free window
 //	C2  tokens per resource are unique, and a grant that began after another
@@ -19,15 +19,25 @@
 //	    "same lease again" from a re-run script), and a holder's release
 //	    sent in time does not answer 404
 //
-// The nemesis never has more than two of the five nodes faulty at once, and
-// leaves a healing gap after each data loss, but over a run more nodes
-// lose their data (three) than a majority. Every profile starts with a
-// deterministic episode: two nodes fall behind on some resources while
-// paused, two others are restarted empty one after the other, and then the
-// last up-to-date node is paused while those resources are acquired again.
-// Without the gateway's data-loss protection that episode hands out a token
-// lower than one handed out before (a C2 violation). The long profile plays
-// it again, on fresh resources, every 30 random faults.
+// The nemesis never has more than two of the five nodes faulty at once
+// (a node that restarted empty counts as faulty for the healing gap, 3 s,
+// after it came back; the gateways run with -max-ttl 2s), but over a run
+// every node loses its data at least once. Every profile starts with two
+// deterministic episodes, each on resources nothing else touches:
+//
+//   - lag then empty: nodes 3 and 4 are paused while the episode's
+//     resources are acquired four times, so their counters fall behind;
+//     nodes 0 and 1 then restart empty one after the other; then node 2,
+//     the last node that neither fell behind nor lost data, is paused while
+//     the resources are acquired again;
+//   - live holder: a holder takes a fresh resource and keeps extending it
+//     while nodes 2, 3 and 4 restart empty one after the other; right after
+//     the last restart a contender tries to take the resource.
+//
+// Without the gateway's data-loss protection the first hands out tokens
+// lower than ones handed out before, and the second hands the contender
+// the holder's own token (C2 violations both). The long profile plays both
+// again, on fresh resources, every 30 random faults.
 //
 // Profiles:
 //
@@ -39,13 +49,14 @@
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
 // is always logged); LOCKGATE_CHAOS_DURATION overrides the long profile's
 // length (a Go duration; a run shorter than 10 minutes writes its report to
-// a temporary file instead of RELIABILITY.md). Under
-// -short the suite is skipped.
+// a temporary file instead of RELIABILITY.md). Under -short the suite is
+// skipped.
 //
 // TestFaults runs with the protection on and fails on any C2, C3, C5 or A
 // violation, on a C1 violation in a fault-free window, on a C4 miss, and
 // on any 5xx other than 503.
 // TestFaultsCatchC2WithoutProtection starts the gateways with
-// LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 and fails unless the checkers find a
-// C2 violation: it shows that the suite can fail.
+// LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1, plays only the two episodes with no
+// other client, and fails unless C2 flags each of them: it shows that the
+// suite can fail.
 package chaos
