@@ -38,6 +38,12 @@ func shortProfile() profile {
 	return profile{name: "short", duration: 60 * time.Second, clients: 32, maxFaults: 40}
 }
 
+// unprotectedProfile plays only the two episodes, with the protection off
+// and no other client.
+func unprotectedProfile() profile {
+	return profile{name: "unprotected-episodes", duration: 30 * time.Second, maxFaults: 0, episodeOnly: true, unsafe: true}
+}
+
 // chosenProfile is the short profile, or the long one under
 // LOCKGATE_CHAOS=long (12 minutes unless LOCKGATE_CHAOS_DURATION says).
 func chosenProfile(t *testing.T) profile {
@@ -209,6 +215,10 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	if p.name == "long" {
+		s.Unprotected = runProfile(t, unprotectedProfile())
+		if len(s.Unprotected.C2) == 0 {
+			t.Errorf("with the protection off the episodes caused no C2 violation")
+		}
 		path := filepath.Join("..", "RELIABILITY.md")
 		if s.Duration < 10*time.Minute {
 			t.Logf("run lasted %v: RELIABILITY.md is written only by runs of 10 minutes or more", s.Duration)
@@ -230,9 +240,7 @@ func TestFaults(t *testing.T) {
 // other grant can raise the lagging counters between the episode's steps
 // and the outcome does not depend on timing.
 func TestFaultsCatchC2WithoutProtection(t *testing.T) {
-	p := shortProfile()
-	p.name, p.episodeOnly, p.unsafe, p.duration, p.clients = "short-unprotected", true, true, 30*time.Second, 0
-	s := runProfile(t, p)
+	s := runProfile(t, unprotectedProfile())
 	caught := map[string]int{}
 	for _, v := range s.C2 {
 		switch {

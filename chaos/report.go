@@ -44,6 +44,9 @@ type Summary struct {
 	// nodes that lost their data at some point.
 	MaxFaultyNodes int
 	WipedNodes     []int
+	// Unprotected is the run of the two episodes with the protection off,
+	// when the report includes one.
+	Unprotected *Summary
 }
 
 // Ops counts events by operation and outcome.
@@ -158,6 +161,20 @@ func (s *Summary) Markdown() string {
 		}
 	}
 	p("\nStale writes refused by the fenced register: **%d**. Gateway answers 5xx other than 503: **%d**.\n\n", s.Refused, s.ServerErrors())
+
+	if u := s.Unprotected; u != nil {
+		p("## With the protection off\n\n")
+		p("The two deterministic episodes alone, gateways started with LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1, seed %d:\n", u.Seed)
+		p("C2 %s, C3 %s, C1 overlaps inside fault windows %d.\n\n", verdict(u.C2), verdict(u.C3), u.C1Excused)
+		for i, v := range u.C2 {
+			if i == 4 {
+				p("- … and %d more C2\n", len(u.C2)-4)
+				break
+			}
+			p("- %s\n", v)
+		}
+		p("\n")
+	}
 
 	p("## Operations\n\n| operation | ok | fail | unknown | HTTP statuses (0: no answer) |\n|---|---|---|---|---|\n")
 	ops, st := s.Ops(), s.Statuses()

@@ -21,6 +21,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		C2: CheckC2(events), Refused: 1, MemBefore: []NodeMemory{{Keys: 0, UsedMemory: 1000}},
 		MemAfter: []NodeMemory{{Keys: 7, UsedMemory: 2000}}, MaxFaultyNodes: 1, WipedNodes: []int{0}}
 	_, s.Gaps = CheckC4(events, faults, s.Bound, s.Duration)
+	s.Unprotected = &Summary{Seed: 7, C2: s.C2}
 	md := s.Markdown()
 	for _, want := range []string{
 		"LOCKGATE_CHAOS_SEED=42",
@@ -32,6 +33,8 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		"| restart-empty | 1 | 100ms |",
 		"| sigstop | 1 | 100ms |",
 		"| 0 | 0 | 7 | 1000 | 2000 |",
+		"## With the protection off",
+		"C2 **1 violations**, C3 none",
 		"## What is not guaranteed",
 		"TODO(lead)",
 	} {
