@@ -173,6 +173,26 @@ func logSummary(t *testing.T, s *Summary) {
 			t.Log(v)
 		}
 	}
+	// The history around the first violations of C1, C2, C3 and C5, to start
+	// the diagnosis from.
+	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C5} {
+		if len(vs) == 0 {
+			continue
+		}
+		v := vs[0]
+		t.Logf("history of %s from %v to %v (gateway -1: the fenced register):", v.Resource,
+			(v.At - 2*time.Second).Round(time.Millisecond), (v.At + 500*time.Millisecond).Round(time.Millisecond))
+		shown := 0
+		for _, e := range s.Events {
+			if e.Resource == v.Resource && e.Complete >= v.At-2*time.Second && e.Invoke <= v.At+500*time.Millisecond {
+				if shown++; shown > 40 {
+					t.Log("  …")
+					break
+				}
+				t.Logf("  gateway %d %v", e.Gateway, e)
+			}
+		}
+	}
 }
 
 // TestFaults runs the chosen profile with the data-loss protection on. It
