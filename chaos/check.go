@@ -12,6 +12,8 @@ type Violation struct {
 	Resource string
 	At       time.Duration
 	Detail   string
+	// Leases are the leases involved, to pull their history out of a run.
+	Leases []string
 }
 
 // String is one line for a report.
@@ -129,7 +131,8 @@ func CheckC1(events []Event, faults []Fault, settle time.Duration) (v []Violatio
 				} else {
 					v = append(v, Violation{Check: "C1", Resource: res, At: g.start, Detail: fmt.Sprintf(
 						"held by token %d until %v and granted to token %d from %v",
-						cur.token, cur.held.Round(time.Millisecond), g.token, g.start.Round(time.Millisecond))})
+						cur.token, cur.held.Round(time.Millisecond), g.token, g.start.Round(time.Millisecond)),
+						Leases: []string{cur.ev.Lease, g.ev.Lease}})
 				}
 			}
 			if cur == nil || g.held > cur.held {
@@ -153,7 +156,8 @@ func CheckC2(events []Event) []Violation {
 			if o, dup := owner[g.token]; dup && o.ev.Lease != g.ev.Lease {
 				v = append(v, Violation{Check: "C2", Resource: res, At: g.start, Detail: fmt.Sprintf(
 					"token %d handed out twice: acquires sent at %v and %v",
-					g.token, o.begin.Round(time.Millisecond), g.begin.Round(time.Millisecond))})
+					g.token, o.begin.Round(time.Millisecond), g.begin.Round(time.Millisecond)),
+					Leases: []string{o.ev.Lease, g.ev.Lease}})
 			} else if !dup {
 				owner[g.token] = g
 			}
@@ -175,7 +179,8 @@ func CheckC2(events []Event) []Violation {
 			if prev := best[n-1]; g.token <= prev.token {
 				v = append(v, Violation{Check: "C2", Resource: res, At: g.begin, Detail: fmt.Sprintf(
 					"token %d for an acquire sent at %v, after the grant of token %d had ended at %v",
-					g.token, g.begin.Round(time.Millisecond), prev.token, prev.ended.Round(time.Millisecond))})
+					g.token, g.begin.Round(time.Millisecond), prev.token, prev.ended.Round(time.Millisecond)),
+					Leases: []string{prev.ev.Lease, g.ev.Lease}})
 			}
 		}
 	}
@@ -348,7 +353,7 @@ func CheckC5(events []Event) []Violation {
 		}
 		if why != "" {
 			v = append(v, Violation{Check: "C5", Resource: e.Resource, At: e.Invoke,
-				Detail: fmt.Sprintf("%s answered %d to %s", e.Op, e.Status, why)})
+				Detail: fmt.Sprintf("%s answered %d to %s", e.Op, e.Status, why), Leases: []string{e.Lease}})
 		}
 	}
 	sortViolations(v)

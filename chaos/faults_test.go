@@ -173,18 +173,22 @@ func logSummary(t *testing.T, s *Summary) {
 			t.Log(v)
 		}
 	}
-	// The history around the first violations of C1, C2, C3 and C5, to start
-	// the diagnosis from.
+	// The history around the first violations of C1, C2, C3 and C5, and of
+	// the leases they involve, to start the diagnosis from.
 	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C5} {
 		if len(vs) == 0 {
 			continue
 		}
 		v := vs[0]
-		t.Logf("history of %s from %v to %v (gateway -1: the fenced register):", v.Resource,
-			(v.At - 2*time.Second).Round(time.Millisecond), (v.At + 500*time.Millisecond).Round(time.Millisecond))
+		from, to := v.At-time.Second, v.At+300*time.Millisecond
+		t.Logf("history of %s around %v (gateway -1: the fenced register), with the leases involved:", v.Resource,
+			v.At.Round(time.Millisecond))
 		shown := 0
 		for _, e := range s.Events {
-			if e.Resource == v.Resource && e.Complete >= v.At-2*time.Second && e.Invoke <= v.At+500*time.Millisecond {
+			if e.Resource != v.Resource {
+				continue
+			}
+			if slices.Contains(v.Leases, e.Lease) || (e.Complete >= from && e.Invoke <= to) {
 				if shown++; shown > 40 {
 					t.Log("  …")
 					break
