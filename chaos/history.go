@@ -82,8 +82,8 @@ type Event struct {
 // lease ids are secrets outside tests.
 func (e Event) String() string {
 	lease := e.Lease
-	if len(lease) > 10 {
-		lease = lease[:10] + "…"
+	if len(lease) > 12 {
+		lease = lease[:12] + "…" // the suite's leases are unique in their first 12 characters
 	}
 	return fmt.Sprintf("client %d %s %s lease %s token %d → %s (status %d) [%v, %v]",
 		e.Client, e.Op, e.Resource, lease, e.Token, e.Outcome, e.Status,
