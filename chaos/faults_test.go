@@ -180,16 +180,20 @@ func logSummary(t *testing.T, s *Summary) {
 			continue
 		}
 		v := vs[0]
-		from, to := v.At-time.Second, v.At+300*time.Millisecond
-		t.Logf("history of %s around %v (gateway -1: the fenced register), with the leases involved:", v.Resource,
-			v.At.Round(time.Millisecond))
+		t.Logf("history of %s: the leases involved, then every call from %v to %v (gateway -1: the fenced register)",
+			v.Resource, (v.At - 500*time.Millisecond).Round(time.Millisecond), (v.At + 200*time.Millisecond).Round(time.Millisecond))
 		shown := 0
 		for _, e := range s.Events {
-			if e.Resource != v.Resource {
-				continue
+			if e.Resource == v.Resource && slices.Contains(v.Leases, e.Lease) && shown < 12 {
+				shown++
+				t.Logf("  gateway %d %v", e.Gateway, e)
 			}
-			if slices.Contains(v.Leases, e.Lease) || (e.Complete >= from && e.Invoke <= to) {
-				if shown++; shown > 40 {
+		}
+		t.Log("  ---")
+		shown = 0
+		for _, e := range s.Events {
+			if e.Resource == v.Resource && e.Complete >= v.At-500*time.Millisecond && e.Invoke <= v.At+200*time.Millisecond {
+				if shown++; shown > 30 {
 					t.Log("  …")
 					break
 				}
