@@ -1,0 +1,303 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/faultproxy"
+	"github.com/lockgate/lockgate/internal/redistest"
+)
+
+// UnsafeEnv is the test-only switch that turns the gateway's data-loss
+// protection off.
+const UnsafeEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// gatewayBinary builds ./cmd/lockgate once per test run.
+func gatewayBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "lockgate-chaos-")
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "lockgate"), "../cmd/lockgate").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/lockgate: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "lockgate")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// gateway is one lockgate process on a fixed loopback address, so that a
+// killed replica comes back where clients expect it.
+type gateway struct {
+	t    testing.TB
+	bin  string
+	addr string
+	args []string
+	env  []string
+	log  *logTail
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+func (g *gateway) base() string { return "http://" + g.addr }
+
+// launch starts the process and waits until /readyz answers 200.
+func (g *gateway) launch() error {
+	cmd := exec.Command(g.bin, append([]string{"-addr", g.addr}, g.args...)...)
+	cmd.Stdout, cmd.Stderr = g.log, g.log
+	cmd.Env = g.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	hc := &http.Client{Timeout: 500 * time.Millisecond}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("lockgate exited at start")
+		default:
+		}
+		if resp, err := hc.Get(g.base() + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				g.mu.Lock()
+				g.cmd, g.done, g.paused = cmd, done, false
+				g.mu.Unlock()
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("lockgate on %s not ready within 10s", g.addr)
+}
+
+func (g *gateway) kill() {
+	g.mu.Lock()
+	cmd, done, paused := g.cmd, g.done, g.paused
+	g.cmd, g.paused = nil, false
+	g.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	<-done
+}
+
+func (g *gateway) restart() {
+	g.kill()
+	var err error
+	for range 50 {
+		if err = g.launch(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.t.Errorf("gateway %s did not restart: %v\n%s", g.addr, err, tail(g.log.String(), 20))
+}
+
+func (g *gateway) signal(sig syscall.Signal, paused bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(sig)
+	g.paused = paused
+}
+
+func (g *gateway) pause()  { g.signal(syscall.SIGSTOP, true) }
+func (g *gateway) resume() { g.signal(syscall.SIGCONT, false) }
+
+// logTail keeps about the last max bytes written to it, so a long run's
+// gateway logs stay bounded.
+type logTail struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if len(l.b) > 2*l.max {
+		l.b = append([]byte(nil), l.b[len(l.b)-l.max:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cluster is the topology under test.
+type cluster struct {
+	nodes []*redistest.Server
+	// proxies[i] stands in front of nodes[proxied[i]] for every gateway.
+	proxies []*faultproxy.Proxy
+	proxied []int
+	gws     []*gateway
+}
+
+// startCluster starts 5 redis-server nodes with AOF, a fault proxy in front
+// of the last two, and 3 gateways; unsafe sets the switch that turns the
+// data-loss protection off.
+func startCluster(t *testing.T, unsafe bool) *cluster {
+	t.Helper()
+	bin := gatewayBinary(t)
+	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true}), proxied: []int{3, 4}}
+	urls := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		urls[i] = n.URL()
+	}
+	for _, i := range c.proxied {
+		p, err := faultproxy.Start(c.nodes[i].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		c.proxies = append(c.proxies, p)
+		urls[i] = "redis://" + p.Addr()
+	}
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	if unsafe {
+		env = append(env, UnsafeEnv+"=1")
+	}
+	for range 3 {
+		g := &gateway{t: t, bin: bin, addr: freeAddr(t), env: env, log: &logTail{max: 64 << 10},
+			args: []string{"-redis", strings.Join(urls, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
+				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
+		if err := g.launch(); err != nil {
+			t.Fatalf("gateway: %v\n%s", err, g.log.String())
+		}
+		t.Cleanup(func() {
+			g.kill()
+			if t.Failed() {
+				t.Logf("gateway %s log (last lines):\n%s", g.addr, tail(g.log.String(), 8))
+			}
+		})
+		c.gws = append(c.gws, g)
+	}
+	return c
+}
+
+// healAll ends every fault still in place.
+func (c *cluster) healAll() {
+	for _, p := range c.proxies {
+		p.Heal()
+	}
+	for _, n := range c.nodes {
+		if !n.Running() {
+			n.Restart()
+		} else {
+			n.Resume() // SIGCONT to a running server is harmless
+		}
+	}
+	for _, g := range c.gws {
+		g.mu.Lock()
+		running := g.cmd != nil
+		g.mu.Unlock()
+		if !running {
+			g.restart()
+		} else {
+			g.resume()
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// memory reads DBSIZE and INFO memory from every node.
+func (c *cluster) memory(t *testing.T) []NodeMemory {
+	t.Helper()
+	out := make([]NodeMemory, len(c.nodes))
+	for i, n := range c.nodes {
+		conn, err := net.DialTimeout("tcp", n.Addr(), time.Second)
+		if err != nil {
+			t.Errorf("node %d: %v", i, err)
+			continue
+		}
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		r := bufio.NewReader(conn)
+		if _, err := conn.Write([]byte("DBSIZE\r\nINFO memory\r\n")); err != nil {
+			t.Errorf("node %d: %v", i, err)
+			conn.Close()
+			continue
+		}
+		line, _ := r.ReadString('\n')
+		out[i].Keys, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, ":")), 10, 64)
+		head, _ := r.ReadString('\n') // $<len>
+		size, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+		body := make([]byte, size+2)
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Errorf("node %d INFO: %v", i, err)
+		}
+		for _, l := range strings.Split(string(body), "\r\n") {
+			if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+				out[i].UsedMemory, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		conn.Close()
+	}
+	return out
+}

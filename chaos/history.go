@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Op is the kind of a recorded operation.
+type Op uint8
+
+// The operations a client performs.
+const (
+	OpAcquire Op = iota // PUT /locks/{resource}
+	OpExtend            // PATCH /locks/{resource}
+	OpRelease           // DELETE /locks/{resource}
+	OpWrite             // a write to the fenced register carrying a token
+)
+
+var opNames = [...]string{"acquire", "extend", "release", "write"}
+
+// String names the operation.
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op%d", o)
+}
+
+// Outcome is what the client learned about an operation.
+type Outcome uint8
+
+// Outcomes: Ok means the operation took effect; Fail means it surely did
+// not (a definite refusal, or a connection that could not even be made);
+// Unknown means it may or may not have (a timeout, a cut connection).
+const (
+	Ok Outcome = iota
+	Fail
+	Unknown
+)
+
+var outcomeNames = [...]string{"ok", "fail", "unknown"}
+
+// String names the outcome.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome%d", o)
+}
+
+// Event is one operation in a history. Invoke and Complete are read from
+// the run's single monotonic clock (time since the run began), Invoke just
+// before the request is sent and Complete just after the answer or error.
+type Event struct {
+	Client   int // -1 for the nemesis's deterministic episode
+	Op       Op
+	Resource string
+	Lease    string
+	// Token: for an acquire or extend that answered, the token returned;
+	// for a write, the token carried.
+	Token   uint64
+	Status  int // HTTP status; 0 when no answer came (and for writes)
+	Outcome Outcome
+	// ValidFor is validity_ms of an acquire or extend that succeeded, to be
+	// counted from Invoke.
+	ValidFor         time.Duration
+	Invoke, Complete time.Duration
+	Gateway          int
+	// Foreign marks an extend or release sent with a lease that is not the
+	// client's live grant: one already released, or (NeverGranted) one that
+	// was never handed out.
+	Foreign, NeverGranted bool
+	// Value is what a write stored.
+	Value string
+	// Stale marks a write the register refused for a lower token.
+	Stale bool
+}
+
+// String is one line for a failure report; the lease is shortened, since
+// lease ids are secrets outside tests.
+func (e Event) String() string {
+	lease := e.Lease
+	if len(lease) > 12 {
+		lease = lease[:12] + "…" // the suite's leases are unique in their first 12 characters
+	}
+	return fmt.Sprintf("client %d %s %s lease %s token %d → %s (status %d) [%v, %v]",
+		e.Client, e.Op, e.Resource, lease, e.Token, e.Outcome, e.Status,
+		e.Invoke.Round(time.Millisecond), e.Complete.Round(time.Millisecond))
+}
+
+// Recorder collects events from many goroutines against one clock.
+type Recorder struct {
+	t0     time.Time
+	mu     sync.Mutex
+	events []Event
+}
+
+// NewRecorder starts the clock.
+func NewRecorder() *Recorder { return &Recorder{t0: time.Now()} }
+
+// Now is the time since the recorder started, read from the monotonic clock.
+func (r *Recorder) Now() time.Duration { return time.Since(r.t0) }
+
+// Add records e.
+func (r *Recorder) Add(e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Events returns a copy of the history, ordered by Invoke.
+func (r *Recorder) Events() []Event {
+	r.mu.Lock()
+	out := append([]Event(nil), r.events...)
+	r.mu.Unlock()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Invoke < out[j].Invoke })
+	return out
+}
+
+// Fault is one fault the nemesis injected, from when it began to when it
+// was healed.
+type Fault struct {
+	Kind   string
+	Target string
+	Start  time.Duration
+	End    time.Duration
+	// Nodes are the Redis nodes (indexes) the fault made faulty.
+	Nodes []int
+	// DataLoss marks a node that came back without its data.
+	DataLoss bool
+}

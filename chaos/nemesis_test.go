@@ -1,0 +1,331 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Fault kinds. Every profile injects each at least once.
+const (
+	kindKill9       = "kill9-aof-restart"
+	kindEmpty       = "restart-empty"
+	kindStop        = "sigstop"
+	kindDelay       = "proxy-delay"
+	kindDropReplies = "proxy-drop-replies"
+	kindCut         = "proxy-cut"
+	kindGwKill      = "gateway-kill"
+	kindGwPause     = "gateway-pause"
+	kindClientPause = "client-pause"
+	kindLag         = "episode-lag" // two nodes paused while episode resources advance
+	kindLastCurrent = "episode-pause-last-current"
+	kindLiveHolder  = "episode-live-holder" // three nodes restart empty, one after another, under a live holder
+)
+
+// episodeEvery is how many random faults separate two episodes; the short
+// profile plays only the first.
+const episodeEvery = 30
+
+var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
+	kindGwKill, kindGwPause, kindClientPause}
+
+// nemesis injects faults one after another; none lasts longer than a few
+// TTLs, at most two nodes are faulty at a time, and after a node lost its
+// data nothing touches a node for healGap.
+type nemesis struct {
+	t       *testing.T
+	cl      *cluster
+	w       *workload
+	rng     *rand.Rand
+	ttl     time.Duration
+	healGap time.Duration
+
+	mu     sync.Mutex
+	faults []Fault
+	wiped  map[int]bool
+	rounds int // episodes played
+}
+
+func (n *nemesis) now() time.Duration { return n.w.rec.Now() }
+
+func (n *nemesis) add(f Fault) {
+	n.mu.Lock()
+	n.faults = append(n.faults, f)
+	n.mu.Unlock()
+	n.t.Logf("fault %-27s %-9s %6.2fs → %6.2fs", f.Kind, f.Target, f.Start.Seconds(), f.End.Seconds())
+}
+
+// Faults returns the faults injected so far.
+func (n *nemesis) Faults() []Fault {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]Fault(nil), n.faults...)
+}
+
+func (n *nemesis) nodeName(i int) string { return fmt.Sprintf("node %d", i) }
+
+// proxyNode is the node behind proxy p.
+func (n *nemesis) proxyNode(p int) int { return n.cl.proxied[p] }
+
+// inject runs one fault of kind to its end.
+func (n *nemesis) inject(ctx context.Context, kind string) {
+	switch kind {
+	case kindKill9:
+		i := n.rng.IntN(len(n.cl.nodes))
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}}
+		n.cl.nodes[i].Kill()
+		sleepCtx(ctx, n.ttl)
+		n.cl.nodes[i].Restart()
+		f.End = n.now()
+		n.add(f)
+	case kindEmpty:
+		i := n.pickToWipe()
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+		n.cl.nodes[i].RestartEmpty()
+		f.End = n.now()
+		n.mu.Lock()
+		n.wiped[i] = true
+		n.mu.Unlock()
+		n.add(f)
+		sleepCtx(ctx, n.healGap)
+	case kindStop:
+		i := n.rng.IntN(len(n.cl.nodes))
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}}
+		n.cl.nodes[i].Pause()
+		sleepCtx(ctx, 2*n.ttl)
+		n.cl.nodes[i].Resume()
+		f.End = n.now()
+		n.add(f)
+	case kindDelay, kindDropReplies, kindCut:
+		p := n.rng.IntN(len(n.cl.proxies))
+		px := n.cl.proxies[p]
+		f := Fault{Kind: kind, Target: n.nodeName(n.proxyNode(p)), Start: n.now(), Nodes: []int{n.proxyNode(p)}}
+		switch kind {
+		case kindDelay:
+			px.SetDelay(80 * time.Millisecond) // above the gateways' 50ms node timeout
+			sleepCtx(ctx, n.ttl*3/2)
+		case kindDropReplies:
+			px.SetDropReplies(true)
+			sleepCtx(ctx, n.ttl*3/2)
+		case kindCut:
+			for end := time.Now().Add(n.ttl * 3 / 2); time.Now().Before(end); {
+				px.Cut()
+				sleepCtx(ctx, 100*time.Millisecond)
+			}
+		}
+		px.Heal()
+		f.End = n.now()
+		n.add(f)
+	case kindGwKill:
+		g := n.rng.IntN(len(n.cl.gws))
+		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now()}
+		n.cl.gws[g].kill()
+		sleepCtx(ctx, n.ttl*3/2)
+		n.cl.gws[g].restart()
+		f.End = n.now()
+		n.add(f)
+	case kindGwPause:
+		g := n.rng.IntN(len(n.cl.gws))
+		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now()}
+		n.cl.gws[g].pause()
+		sleepCtx(ctx, 2*n.ttl)
+		n.cl.gws[g].resume()
+		f.End = n.now()
+		n.add(f)
+	case kindClientPause:
+		c := n.rng.IntN(len(n.w.pauseReq))
+		n.w.pauseReq[c].Store(true)
+		select {
+		case f := <-n.w.pauseDone:
+			n.add(f)
+		case <-time.After(4*n.ttl + 2*time.Second):
+			n.w.pauseReq[c].Store(false)
+			n.t.Logf("client %d took no grant to stall on", c)
+		}
+	}
+}
+
+// pickToWipe prefers a node that has not lost its data yet, so that over a
+// run more nodes lose data than a majority.
+func (n *nemesis) pickToWipe() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var fresh []int
+	for i := range n.cl.nodes {
+		if !n.wiped[i] {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) > 0 {
+		return fresh[n.rng.IntN(len(fresh))]
+	}
+	return n.rng.IntN(len(n.cl.nodes))
+}
+
+// cycle acquires res through some replica as the episode's client (-1),
+// writes with the token and releases. It tries each replica once.
+func (n *nemesis) cycle(ctx context.Context, res string, k int) {
+	rng := rand.New(rand.NewPCG(uint64(k), 7))
+	for try := range len(n.cl.gws) {
+		gw := (k + try) % len(n.cl.gws)
+		lease := n.w.newLease(-1, rng)
+		a := n.w.call(ctx, -1, gw, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":200}`, n.ttl.Milliseconds()))
+		if a.Outcome != Ok {
+			continue
+		}
+		n.w.write(ctx, -1, res, lease, a.Token)
+		n.w.call(ctx, -1, gw, OpRelease, res, lease, "")
+		return
+	}
+}
+
+// episodeLagThenEmpty is the deterministic data-loss scenario. Nodes 3 and
+// 4 are paused while the episode's resources are acquired a few times, so
+// their counters fall behind; they come back. Node 0, then node 1, restart
+// empty, each followed by the healing gap. Then node 2, the last node
+// that never lost data nor fell behind, is paused and the resources are
+// acquired again: the granting majority is nodes 0, 1, 3 and 4. At no
+// moment are more than two nodes faulty, but over the episode two nodes
+// lost their data and two fell behind.
+//
+// Each episode uses resources of its own that nothing else touches.
+func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
+	n.rounds++
+	var episode []string
+	for k := range 4 {
+		episode = append(episode, fmt.Sprintf("episode-%d-%d", n.rounds, k))
+	}
+	f := Fault{Kind: kindLag, Target: "nodes 3,4", Start: n.now(), Nodes: []int{3, 4}}
+	n.cl.nodes[3].Pause()
+	n.cl.nodes[4].Pause()
+	for k := range 4 {
+		for _, res := range episode {
+			n.cycle(ctx, res, k)
+		}
+	}
+	n.cl.nodes[3].Resume()
+	n.cl.nodes[4].Resume()
+	f.End = n.now()
+	n.add(f)
+	sleepCtx(ctx, n.ttl)
+	for _, i := range []int{0, 1} {
+		f := Fault{Kind: kindEmpty, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+		n.cl.nodes[i].RestartEmpty()
+		f.End = n.now()
+		n.mu.Lock()
+		n.wiped[i] = true
+		n.mu.Unlock()
+		n.add(f)
+		sleepCtx(ctx, n.healGap)
+	}
+	f = Fault{Kind: kindLastCurrent, Target: "node 2", Start: n.now(), Nodes: []int{2}}
+	n.cl.nodes[2].Pause()
+	for _, res := range episode {
+		n.cycle(ctx, res, 9)
+	}
+	sleepCtx(ctx, n.ttl/2)
+	n.cl.nodes[2].Resume()
+	f.End = n.now()
+	n.add(f)
+	sleepCtx(ctx, n.ttl)
+}
+
+// episodeLiveHolder is the second deterministic data-loss scenario. A
+// holder takes a fresh resource and keeps extending it, writing with its
+// token after every extension. Nodes 2, 3 and 4 restart empty one after
+// another, each followed by the healing gap; at no moment is more than one
+// node faulty, but in the end the holder's lock is left only on nodes 0 and
+// 1. Right after the last restart a contender tries the resource a few
+// times, and once more after the gap. Without the protection the three
+// wiped nodes grant it at once, with the holder's own token.
+func (n *nemesis) episodeLiveHolder(ctx context.Context) {
+	res := fmt.Sprintf("live-holder-%d", n.rounds)
+	rng := rand.New(rand.NewPCG(uint64(n.rounds), 11))
+	ep := Fault{Kind: kindLiveHolder, Target: res, Start: n.now()}
+	body := fmt.Sprintf(`{"ttl_ms":%d}`, n.ttl.Milliseconds())
+	lease := n.w.newLease(-1, rng)
+	a := n.w.call(ctx, -1, 0, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":500}`, n.ttl.Milliseconds()))
+	if a.Outcome != Ok {
+		n.t.Logf("live-holder episode: the holder got no grant (status %d)", a.Status)
+		return
+	}
+	n.w.write(ctx, -1, res, lease, a.Token)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(n.ttl / 4):
+			}
+			if x := n.w.call(ctx, -1, k%len(n.cl.gws), OpExtend, res, lease, body); x.Outcome == Ok {
+				n.w.write(ctx, -1, res, lease, x.Token)
+			}
+		}
+	}()
+	contend := func(tries int) {
+		for k := range tries {
+			l2 := n.w.newLease(-1, rng)
+			c := n.w.call(ctx, -1, (k+1)%len(n.cl.gws), OpAcquire, res, l2, body)
+			if c.Outcome == Ok {
+				n.w.write(ctx, -1, res, l2, c.Token)
+				n.w.call(ctx, -1, (k+1)%len(n.cl.gws), OpRelease, res, l2, "")
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, i := range []int{2, 3, 4} {
+		f := Fault{Kind: kindEmpty, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+		n.cl.nodes[i].RestartEmpty()
+		f.End = n.now()
+		n.mu.Lock()
+		n.wiped[i] = true
+		n.mu.Unlock()
+		n.add(f)
+		if i == 4 {
+			contend(8)
+		}
+		sleepCtx(ctx, n.healGap)
+	}
+	close(stop)
+	<-done
+	contend(3)
+	n.w.call(ctx, -1, 0, OpRelease, res, lease, "")
+	ep.End = n.now()
+	n.add(ep)
+}
+
+// run plays the two episodes and then every random kind once in a seeded
+// order, all under must (these are what a profile promises, so only the
+// load's own end stops them); then random kinds until ctx ends or
+// maxFaults were injected. Every episodeEvery faults it plays the episodes
+// again.
+func (n *nemesis) run(must, ctx context.Context, episodeOnly bool, maxFaults int) {
+	n.episodeLagThenEmpty(must)
+	n.episodeLiveHolder(must)
+	if episodeOnly {
+		return
+	}
+	order := append([]string(nil), randomKinds...)
+	n.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for i := 0; i < maxFaults; i++ {
+		c, kind := ctx, randomKinds[n.rng.IntN(len(randomKinds))]
+		if i < len(order) {
+			c, kind = must, order[i]
+		}
+		if c.Err() != nil {
+			return
+		}
+		if i > 0 && i%episodeEvery == 0 {
+			n.episodeLagThenEmpty(c)
+			n.episodeLiveHolder(c)
+		}
+		n.inject(c, kind)
+		sleepCtx(c, time.Duration(500+n.rng.IntN(1000))*time.Millisecond)
+	}
+}

@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// NodeMemory is one Redis node's key count (DBSIZE) and used_memory.
+type NodeMemory struct {
+	Keys       int64
+	UsedMemory int64
+}
+
+// Summary is what one run found, for the test log and RELIABILITY.md.
+type Summary struct {
+	Profile   string
+	Seed      uint64
+	Started   time.Time
+	Duration  time.Duration
+	Clients   int
+	Nodes     int
+	Gateways  int
+	TTL       time.Duration
+	Bound     time.Duration // C4: TTL plus the retry bound
+	Unsafe    bool          // the data-loss protection was switched off
+	Events    []Event
+	Faults    []Fault
+	C1        []Violation
+	C1Excused int // overlaps inside fault windows
+	C2        []Violation
+	C3        []Violation
+	C4        []Violation
+	C5        []Violation
+	// Answers are answers that were not true (CheckAnswers).
+	Answers   []Violation
+	Refused   int // stale writes the fenced register refused
+	Gaps      []Gap
+	MemBefore []NodeMemory
+	MemAfter  []NodeMemory
+	// MaxFaultyNodes is the most nodes faulty at one moment; WipedNodes the
+	// nodes that lost their data at some point.
+	MaxFaultyNodes int
+	WipedNodes     []int
+	// Unprotected is the run of the two episodes with the protection off,
+	// when the report includes one.
+	Unprotected *Summary
+}
+
+// Ops counts events by operation and outcome.
+func (s *Summary) Ops() map[Op]map[Outcome]int {
+	out := make(map[Op]map[Outcome]int)
+	for _, e := range s.Events {
+		if out[e.Op] == nil {
+			out[e.Op] = make(map[Outcome]int)
+		}
+		out[e.Op][e.Outcome]++
+	}
+	return out
+}
+
+// Statuses counts HTTP answers by operation and status (0: no answer).
+func (s *Summary) Statuses() map[Op]map[int]int {
+	out := make(map[Op]map[int]int)
+	for _, e := range s.Events {
+		if e.Op == OpWrite {
+			continue
+		}
+		if out[e.Op] == nil {
+			out[e.Op] = make(map[int]int)
+		}
+		out[e.Op][e.Status]++
+	}
+	return out
+}
+
+// ServerErrors counts answers 500–599 other than 503, which the gateway
+// must never give.
+func (s *Summary) ServerErrors() int {
+	n := 0
+	for _, e := range s.Events {
+		if e.Status >= 500 && e.Status != 503 {
+			n++
+		}
+	}
+	return n
+}
+
+// FaultsByKind counts the faults of each kind and their total time.
+func (s *Summary) FaultsByKind() (kinds []string, count map[string]int, total map[string]time.Duration) {
+	count, total = make(map[string]int), make(map[string]time.Duration)
+	for _, f := range s.Faults {
+		if count[f.Kind] == 0 {
+			kinds = append(kinds, f.Kind)
+		}
+		count[f.Kind]++
+		total[f.Kind] += f.End - f.Start
+	}
+	sort.Strings(kinds)
+	return kinds, count, total
+}
+
+// MaxFaulty returns the most nodes faulty at one moment: a node is faulty
+// for the span of a fault that names it and, after losing its data, for
+// healGap more.
+func MaxFaulty(faults []Fault, healGap time.Duration) int {
+	best := 0
+	for _, at := range faults {
+		nodes := map[int]bool{}
+		for _, f := range faults {
+			end := f.End
+			if f.DataLoss {
+				end += healGap
+			}
+			if f.Start <= at.Start && at.Start < end {
+				for _, n := range f.Nodes {
+					nodes[n] = true
+				}
+			}
+		}
+		best = max(best, len(nodes))
+	}
+	return best
+}
+
+func verdict(v []Violation) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("**%d violations**", len(v))
+}
+
+// Markdown renders the summary as RELIABILITY.md.
+func (s *Summary) Markdown() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# Reliability: fault-injection run\n\n")
+	p("Written by `LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v` (package `chaos`) from the run\n")
+	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
+		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
+	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync always`), nodes 3 and 4 behind a fault proxy;\n", s.Nodes)
+	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources; TTL %v. Data-loss protection: **%s**.\n\n",
+		s.Gateways, s.Clients, s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
+
+	p("## Checkers\n\n| check | property | result |\n|---|---|---|\n")
+	p("| C1 | no overlapping grants of a resource in fault-free windows | %s (%d overlaps inside fault windows, reported, not judged) |\n", verdict(s.C1), s.C1Excused)
+	p("| C2 | tokens unique per resource; a grant begun after another ended has a higher token | %s |\n", verdict(s.C2))
+	p("| C3 | the fenced register never admitted a lower token after a higher one, nor one token for two leases, and lost no acknowledged write | %s |\n", verdict(s.C3))
+	p("| C4 | after a fault heals, an acquire succeeds within %v (TTL plus the retry bound) | %s |\n", s.Bound, verdict(s.C4))
+	p("| C5 | a stale or foreign lease never extended or released another's lock | %s |\n", verdict(s.C5))
+	p("| A | answers stay true: a lease's first grant answers 201, a holder's release in time is not 404 | %s |\n\n", verdict(s.Answers))
+	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5, s.Answers} {
+		for i, v := range vs {
+			if i == 10 {
+				p("- … and %d more %s\n", len(vs)-10, v.Check)
+				break
+			}
+			p("- %s\n", v)
+		}
+	}
+	p("\nStale writes refused by the fenced register: **%d**. Gateway answers 5xx other than 503: **%d**.\n\n", s.Refused, s.ServerErrors())
+
+	if u := s.Unprotected; u != nil {
+		p("## With the protection off\n\n")
+		p("The two deterministic episodes alone, gateways started with LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1, seed %d:\n", u.Seed)
+		p("C2 %s, C3 %s, C1 overlaps inside fault windows %d.\n\n", verdict(u.C2), verdict(u.C3), u.C1Excused)
+		for i, v := range u.C2 {
+			if i == 4 {
+				p("- … and %d more C2\n", len(u.C2)-4)
+				break
+			}
+			p("- %s\n", v)
+		}
+		p("\n")
+	}
+
+	p("## Operations\n\n| operation | ok | fail | unknown | HTTP statuses (0: no answer) |\n|---|---|---|---|---|\n")
+	ops, st := s.Ops(), s.Statuses()
+	for _, op := range []Op{OpAcquire, OpExtend, OpRelease, OpWrite} {
+		var codes []string
+		keys := make([]int, 0, len(st[op]))
+		for c := range st[op] {
+			keys = append(keys, c)
+		}
+		slices.Sort(keys)
+		for _, c := range keys {
+			codes = append(codes, fmt.Sprintf("%d×%d", c, st[op][c]))
+		}
+		p("| %s | %d | %d | %d | %s |\n", op, ops[op][Ok], ops[op][Fail], ops[op][Unknown], strings.Join(codes, " "))
+	}
+	foreign := 0
+	for _, e := range s.Events {
+		if e.Foreign {
+			foreign++
+		}
+	}
+	p("\nExtends and releases include %d sent on purpose with a released or never-granted lease (C5).\n\n", foreign)
+
+	p("## Faults\n\nAt most %d of %d nodes were faulty at once; nodes that lost their data during the run: %v.\n\n",
+		s.MaxFaultyNodes, s.Nodes, s.WipedNodes)
+	p("| fault | count | total time | longest stretch without a successful acquire | slowest recovery after heal |\n|---|---|---|---|---|\n")
+	kinds, count, total := s.FaultsByKind()
+	for _, k := range kinds {
+		var longest, recovery time.Duration
+		for _, g := range s.Gaps {
+			if g.Fault.Kind == k {
+				longest = max(longest, g.Longest)
+				recovery = max(recovery, g.Recovery)
+			}
+		}
+		p("| %s | %d | %v | %v | %v |\n", k, count[k], total[k].Round(time.Millisecond),
+			longest.Round(time.Millisecond), recovery.Round(time.Millisecond))
+	}
+
+	p("\n## Redis memory\n\n| node | DBSIZE before | DBSIZE after | used_memory before | used_memory after |\n|---|---|---|---|---|\n")
+	for i := range s.MemBefore {
+		var after NodeMemory
+		if i < len(s.MemAfter) {
+			after = s.MemAfter[i]
+		}
+		p("| %d | %d | %d | %d | %d |\n", i, s.MemBefore[i].Keys, after.Keys, s.MemBefore[i].UsedMemory, after.UsedMemory)
+	}
+	p("\n\"Before\" is read after the nodes started and before any client ran; \"after\" once every fault was healed\n")
+	p("and the clients had stopped.\n\n")
+
+	p("## What is not guaranteed\n\n")
+	p("TODO(lead): state what the protection does not cover, as lockcore/doc.go does (a majority of nodes\n")
+	p("losing data at once; `appendfsync everysec` losing its last second on more than a minority; a holder that\n")
+	p("pauses past its TTL is stopped only by the fenced storage, not by the lock).\n")
+	return b.String()
+}

@@ -1,0 +1,209 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// workload is the clients' side of a run.
+type workload struct {
+	rec   *Recorder
+	reg   *Register
+	cl    *cluster
+	http  *http.Client
+	ttl   time.Duration
+	hot   []string
+	cold  []string
+	seed  uint64
+	think time.Duration // mean pause between two cycles of one client
+
+	// pauseReq[i] asks client i to stall past its TTL between its next grant
+	// and the write; it reports the stall on pauseDone.
+	pauseReq  []atomic.Bool
+	pauseDone chan Fault
+	leaseSeq  atomic.Uint64
+}
+
+func newWorkload(rec *Recorder, cl *cluster, clients int, seed uint64, ttl time.Duration) *workload {
+	w := &workload{rec: rec, reg: NewRegister(), cl: cl, ttl: ttl, seed: seed, think: 120 * time.Millisecond,
+		pauseReq: make([]atomic.Bool, clients), pauseDone: make(chan Fault, clients+1)}
+	w.http = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		MaxIdleConnsPerHost: 64, DialContext: (&net.Dialer{Timeout: 300 * time.Millisecond}).DialContext}}
+	for i := range 3 {
+		w.hot = append(w.hot, fmt.Sprintf("hot-%d", i))
+	}
+	for i := range 64 {
+		w.cold = append(w.cold, fmt.Sprintf("cold-%02d", i))
+	}
+	return w
+}
+
+// lockReply is the part of a lock answer the clients use.
+type lockReply struct {
+	FencingToken uint64 `json:"fencing_token"`
+	ValidityMs   int64  `json:"validity_ms"`
+}
+
+// call sends one lock request and records it. The returned event carries
+// the outcome; for an answered acquire or extend, the token and validity.
+func (w *workload) call(ctx context.Context, client, gw int, op Op, res, lease, body string) Event {
+	return w.send(ctx, client, gw, op, res, lease, body, false, false)
+}
+
+// send is call with the marks of a foreign lease.
+func (w *workload) send(ctx context.Context, client, gw int, op Op, res, lease, body string, foreign, never bool) Event {
+	method := map[Op]string{OpAcquire: http.MethodPut, OpExtend: http.MethodPatch, OpRelease: http.MethodDelete}[op]
+	e := Event{Client: client, Op: op, Resource: res, Lease: lease, Gateway: gw, Foreign: foreign, NeverGranted: never}
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), method,
+		w.cl.gws[gw].base()+"/locks/"+res, strings.NewReader(body))
+	if err != nil {
+		panic(err) // the inputs are the test's own
+	}
+	req.Header.Set("Lease-Id", lease)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	e.Invoke = w.rec.Now()
+	resp, err := w.http.Do(req)
+	if err != nil {
+		e.Complete = w.rec.Now()
+		e.Outcome = Unknown
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			e.Outcome = Fail // the request never left the client
+		}
+		w.rec.Add(e)
+		return e
+	}
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	e.Complete = w.rec.Now()
+	e.Status = resp.StatusCode
+	switch {
+	case rerr != nil:
+		e.Outcome = Unknown
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		e.Outcome = Ok
+		if op != OpRelease {
+			var r lockReply
+			if json.Unmarshal(data, &r) != nil || r.FencingToken == 0 {
+				e.Outcome = Unknown
+			}
+			e.Token, e.ValidFor = r.FencingToken, time.Duration(r.ValidityMs)*time.Millisecond
+		}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500, resp.StatusCode == http.StatusServiceUnavailable:
+		e.Outcome = Fail
+	default:
+		e.Outcome = Unknown // a 5xx other than 503 is itself worth a look: see summary
+	}
+	w.rec.Add(e)
+	return e
+}
+
+// write stores a value carrying token in the fenced register and records it.
+func (w *workload) write(ctx context.Context, client int, res, lease string, token uint64) {
+	value := fmt.Sprintf("%s@%d#%d", lease, token, w.leaseSeq.Add(1))
+	e := Event{Client: client, Op: OpWrite, Resource: res, Lease: lease, Token: token, Value: value, Gateway: -1}
+	e.Invoke = w.rec.Now()
+	err := w.reg.Write(ctx, res, lease, token, value, e.Invoke)
+	e.Complete = w.rec.Now()
+	switch {
+	case err == nil:
+		e.Outcome = Ok
+	default:
+		e.Outcome, e.Stale = Fail, true
+	}
+	w.rec.Add(e)
+}
+
+func (w *workload) newLease(client int, rng *rand.Rand) string {
+	return fmt.Sprintf("c%02d-%07d-%016x", client+1, w.leaseSeq.Add(1), rng.Uint64())
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// client runs one client's loop until ctx ends or maxCycles is reached.
+func (w *workload) client(ctx context.Context, id, maxCycles int) {
+	rng := rand.New(rand.NewPCG(w.seed, uint64(id)+1))
+	ttlMs := w.ttl.Milliseconds()
+	for cycle := 0; cycle < maxCycles && ctx.Err() == nil; cycle++ {
+		if !sleepCtx(ctx, time.Duration(rng.Int64N(int64(2*w.think)))) {
+			return
+		}
+		res := w.cold[rng.IntN(len(w.cold))]
+		wait := 0
+		if rng.IntN(100) < 60 {
+			res = w.hot[rng.IntN(len(w.hot))]
+			if rng.IntN(3) == 0 {
+				wait = 300
+			}
+		}
+		gw := rng.IntN(len(w.cl.gws))
+		lease := w.newLease(id, rng)
+		a := w.call(ctx, id, gw, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":%d}`, ttlMs, wait))
+		if a.Outcome != Ok {
+			continue
+		}
+		paused := false
+		if w.pauseReq[id].Swap(false) {
+			f := Fault{Kind: "client-pause", Target: fmt.Sprintf("client %d", id), Start: w.rec.Now()}
+			time.Sleep(w.ttl*5/2 + 100*time.Millisecond) // past the TTL, whatever ctx says
+			f.End = w.rec.Now()
+			w.pauseDone <- f // buffered for every client: never blocks
+			paused = true
+		}
+		w.write(ctx, id, res, lease, a.Token)
+		if !paused && rng.IntN(4) == 0 {
+			x := w.call(ctx, id, gw, OpExtend, res, lease, fmt.Sprintf(`{"ttl_ms":%d}`, ttlMs))
+			if x.Outcome == Ok {
+				w.write(ctx, id, res, lease, x.Token)
+			}
+		}
+		sleepCtx(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+		w.call(ctx, id, gw, OpRelease, res, lease, "")
+		switch n := rng.IntN(16); {
+		case n < 2: // the released lease tries again, on any replica
+			w.foreign(ctx, id, rng, res, lease)
+		case n == 2: // a lease nobody was ever given
+			w.foreign(ctx, id, rng, res, w.newLease(id, rng)+"-x")
+		}
+	}
+}
+
+// foreign sends an extend or a release with a lease that is not the
+// client's live grant, and marks it for C5.
+func (w *workload) foreign(ctx context.Context, id int, rng *rand.Rand, res, lease string) Event {
+	op, body := OpRelease, ""
+	if rng.IntN(2) == 0 {
+		op, body = OpExtend, fmt.Sprintf(`{"ttl_ms":%d}`, w.ttl.Milliseconds())
+	}
+	return w.send(ctx, id, rng.IntN(len(w.cl.gws)), op, res, lease, body, true, strings.HasSuffix(lease, "-x"))
+}
+
+// run starts n clients and waits for them.
+func (w *workload) run(ctx context.Context, n, maxCycles int) {
+	var wg sync.WaitGroup
+	for id := range n {
+		wg.Go(func() { w.client(ctx, id, maxCycles) })
+	}
+	wg.Wait()
+}
