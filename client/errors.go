@@ -64,15 +64,18 @@ type ProblemError struct {
 }
 
 func (e *ProblemError) Error() string {
-	msg := fmt.Sprintf("lockgate: %d", e.Status)
-	if e.Problem.Title != "" {
-		msg += " " + e.Problem.Title
+	title := e.Problem.Title
+	if title == "" {
+		title = http.StatusText(e.Status)
 	}
+	msg := fmt.Sprintf("gateway answered %d %s", e.Status, title)
 	if e.Problem.Detail != "" {
 		msg += ": " + e.Problem.Detail
-	}
-	if e.Field != "" && e.Problem.Detail == "" {
+	} else if e.Field != "" {
 		msg += ": field " + e.Field
+	}
+	if e.RetryAfter > 0 {
+		msg += fmt.Sprintf(" (retry after %v)", e.RetryAfter)
 	}
 	return msg
 }
