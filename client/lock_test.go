@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/internal/goroutines"
 )
 
 func newClient(t *testing.T, url string) *client.Client {
@@ -125,18 +127,22 @@ func TestDoneClosesBeforeTheValidityEndsWhenAMajorityIsFrozen(t *testing.T) {
 	}
 }
 
-// Release waits for the renewal in flight: with every PATCH slowed down and
-// Release called while one is being handled, no PATCH reaches the gateway
-// after Release returns, and the lock is not held afterwards (a renewal
-// that landed after the DELETE would have re-extended it, were that
-// possible, or left it held).
+// Release waits for the renewal in flight: with every PATCH delayed on its
+// way to the handlers and Release called while one is delayed, no PATCH
+// reaches the lock service after Release returns, and the lock is not held
+// afterwards. (With Release not waiting for the watchdog, this test fails:
+// the delayed PATCH arrives after the DELETE.)
 func TestNoRenewalReachesTheGatewayAfterRelease(t *testing.T) {
 	g := startGateway(t, 3)
 	c := newClient(t, g.URL)
 	ctx := context.Background()
+	// reached counts the PATCHes that get past the delay to the handlers,
+	// that is, to the lock service.
+	var reached atomic.Int64
 	g.setFront(func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if r.Method == http.MethodPatch {
 			time.Sleep(150 * time.Millisecond)
+			reached.Add(1)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -153,16 +159,22 @@ func TestNoRenewalReachesTheGatewayAfterRelease(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		if n := goroutines.Count("", "client.(*Lock).watch("); n != 1 {
+			t.Fatalf("round %d: %d watchdog goroutines while the lock is held, want 1", round, n)
+		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("round %d: Release: %v", round, err)
 		}
-		after := g.patches.Load()
+		after := reached.Load()
 		time.Sleep(2 * ttl)
-		if got := g.patches.Load(); got != after {
+		if got := reached.Load(); got != after {
 			t.Fatalf("round %d: %d PATCH requests reached the gateway after Release returned", round, got-after)
 		}
 		if _, err := c.Get(ctx, "watchdog-release"); !errors.Is(err, client.ErrNotHeld) {
 			t.Fatalf("round %d: Get after Release: %v, want ErrNotHeld", round, err)
+		}
+		if n := goroutines.Count("", "client.(*Lock).watch("); n != 0 {
+			t.Fatalf("round %d: %d watchdog goroutines left after Release", round, n)
 		}
 	}
 }

@@ -183,8 +183,6 @@ func exitFor(err error) int {
 		return exitTaken
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		return exitDenied
-	case errors.Is(err, client.ErrNotHeld):
-		return exitFailed
 	}
 	return exitFailed
 }
