@@ -30,9 +30,9 @@ type LockOptions struct {
 	// and at most 5s. It covers the time between Done closing and the
 	// holder noticing, and a late timer.
 	Margin time.Duration
-	// MaxHold, if not 0, bounds how long the lock is held: at MaxHold after
-	// it was acquired the watchdog stops renewing and Done closes with
-	// ErrMaxHold.
+	// MaxHold, if not 0, bounds how long the lock is held: MaxHold after
+	// Lock returns the watchdog stops renewing and Done closes with
+	// ErrMaxHold. The lock then runs out by its TTL unless released.
 	MaxHold time.Duration
 	// OnRenew, if set, is called after each successful renewal with the
 	// new lease (for logs and tests). It runs on the watchdog's goroutine
@@ -174,7 +174,7 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 	l.mu.Unlock()
 	var hold *time.Timer
 	if opt.MaxHold > 0 {
-		hold = time.NewTimer(opt.MaxHold - c.now().Sub(start))
+		hold = time.NewTimer(opt.MaxHold) // counted from now: the wait is not holding
 	}
 	go l.watch(hold)
 	return l, nil

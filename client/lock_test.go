@@ -81,7 +81,9 @@ func TestDoneClosesBeforeTheValidityEndsWhenAMajorityIsFrozen(t *testing.T) {
 	g := startGateway(t, 3)
 	c := newClient(t, g.URL)
 	ctx := context.Background()
-	const ttl = time.Second
+	// A 2s TTL: the default margin is then 200ms, room enough for this
+	// test's own goroutine to see Done on a loaded machine.
+	const ttl = 2 * time.Second
 	for round := range 3 {
 		resource := "watchdog-frozen-" + string(rune('a'+round))
 		renewed := make(chan struct{}, 100)
@@ -216,11 +218,11 @@ func TestMaxHoldStopsRenewing(t *testing.T) {
 	g := startGateway(t, 3)
 	c := newClient(t, g.URL)
 	ctx := context.Background()
-	start := time.Now()
 	l, err := c.Lock(ctx, "watchdog-maxhold", &client.LockOptions{TTL: time.Second, MaxHold: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	<-l.Done()
 	held := time.Since(start)
 	if !errors.Is(l.Err(), client.ErrMaxHold) || held < 1400*time.Millisecond || held > 2*time.Second {

@@ -430,3 +430,107 @@ func TestScriptingSubcommandsExitStatus(t *testing.T) {
 		})
 	}
 }
+
+// A signal that reaches run while it waits for the lock ends the wait: run
+// exits 128+N and the command never starts. A gateway that cannot be
+// reached: 69.
+func TestRunInterruptedOrWithoutAGateway(t *testing.T) {
+	g, _ := clientGateway(t)
+	if a := g.do(t, http.MethodPut, "/locks/run-interrupted", `{"ttl_ms":30000}`); a.status != http.StatusCreated {
+		t.Fatalf("PUT: %d %s", a.status, a.body)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	p := startLockgate(t, runArgs(g, "run-interrupted", "--wait", "30s", "--", "touch", marker)...)
+	// Wait until the gateway holds run's request in its queue.
+	deadline := time.Now().Add(20 * time.Second)
+	for g.scrape(t)["lockgate_waiters"] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("run never waited; stderr: %s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if got := p.wait(t, 5*time.Second); got != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit status %d, want %d; stderr: %s", got, 128+int(syscall.SIGTERM), p.stderr)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("run took %v to give up its wait", took)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran")
+	}
+
+	p = startLockgate(t, "run", "--gateway", "http://127.0.0.1:1", "--lock", "x", "--", "touch", marker)
+	if got := p.wait(t, 20*time.Second); got != exitUnavailable {
+		t.Fatalf("no gateway: exit status %d, want %d; stderr: %s", got, exitUnavailable, p.stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran without a gateway")
+	}
+}
+
+// With a majority of the nodes frozen, renewals fail with 503 and are
+// retried; the command gets SIGTERM before the validity last granted runs
+// out: when it does, the lock's copy on the live node has time left.
+func TestRunStopsTheCommandBeforeTheValidityEndsWhenAMajorityIsFrozen(t *testing.T) {
+	g, srvs := clientGateway(t)
+	log := filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`trap 'echo term >> %s; exit 143' TERM; echo ready >> %s; while :; do sleep 0.02; done`, log, log)
+	// A 3s TTL: Done closes 300ms before the validity ends, which leaves
+	// room for the trap's latency and for this test's reading of the PTTL.
+	p := startLockgate(t, runArgs(g, "run-frozen", "--ttl", "3s", "--", "sh", "-c", script)...)
+	waitFor(t, log, "ready", 20*time.Second)
+	time.Sleep(1200 * time.Millisecond) // past the first renewal
+	srvs[1].Pause()
+	srvs[2].Pause()
+	defer srvs[2].Resume()
+	defer srvs[1].Resume()
+	frozen := time.Now()
+	waitFor(t, log, "term", 6*time.Second)
+	rc := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()})
+	defer rc.Close()
+	left, err := rc.PTTL(context.Background(), "lockgate:{run-frozen}:lock").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SIGTERM handled %v after the freeze; the live node's copy had %v left", time.Since(frozen).Round(time.Millisecond), left)
+	if left <= 0 {
+		t.Errorf("the lock had expired on the live node (PTTL %v) when the command got SIGTERM", left)
+	}
+	if got := p.wait(t, 10*time.Second); got != exitLost {
+		t.Errorf("exit status %d, want %d; stderr: %s", got, exitLost, p.stderr)
+	}
+}
+
+// With access control on, --token-file carries the bearer token; a token
+// the gateway does not know gets 77 from run and from acquire.
+func TestRunAndAcquireWithABearerToken(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	dir := t.TempDir()
+	const good = "good-token-0123456789abcdef"
+	authFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(authFile, []byte(good+" * *\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, []string{"-redis", redisURLs(srvs), "-node-timeout", "150ms", "-min-ttl", "500ms", "-auth-file", authFile}, nil)
+	goodFile, badFile := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	_ = os.WriteFile(goodFile, []byte(good+"\n"), 0o600)
+	_ = os.WriteFile(badFile, []byte("bad-token-0123456789abcdef\n"), 0o600)
+
+	p := startLockgate(t, runArgs(g, "run-auth", "--token-file", goodFile, "--", "true")...)
+	if got := p.wait(t, 20*time.Second); got != 0 {
+		t.Fatalf("good token: exit status %d; stderr: %s", got, p.stderr)
+	}
+	p = startLockgate(t, runArgs(g, "run-auth", "--token-file", badFile, "--", "true")...)
+	if got := p.wait(t, 20*time.Second); got != exitDenied {
+		t.Fatalf("bad token: exit status %d, want %d; stderr: %s", got, exitDenied, p.stderr)
+	}
+	if strings.Contains(p.stderr.String(), "bad-token") {
+		t.Errorf("stderr shows the token: %s", p.stderr)
+	}
+	var out, errb bytes.Buffer
+	if code := subcommand("acquire", []string{"--gateway", g.base, "--token-file", badFile, "x"}, envOf(nil), &out, &errb); code != exitDenied {
+		t.Errorf("acquire with a bad token: exit %d, want %d (%s)", code, exitDenied, errb.String())
+	}
+}
