@@ -144,7 +144,9 @@ type NoAnswerError struct {
 	Err error
 }
 
-func (e *NoAnswerError) Error() string { return "lockgate: " + e.Op + ": no answer: " + e.Err.Error() }
+func (e *NoAnswerError) Error() string {
+	return "no answer from the gateway to " + e.Op + ": " + e.Err.Error()
+}
 
 // Unwrap returns the transport error.
 func (e *NoAnswerError) Unwrap() error { return e.Err }

@@ -102,7 +102,7 @@ func newFlags(name string, getenv func(string) string, stderr io.Writer, usage s
 	fs.StringVar(&c.gateway, "gateway", gw, "gateway URL (env LOCKGATE_URL)")
 	fs.StringVar(&c.tokenFile, "token-file", getenv("LOCKGATE_TOKEN_FILE"),
 		"file holding the bearer token, when the gateway has access control (env LOCKGATE_TOKEN_FILE)")
-	fs.StringVar(&c.lock, "lock", "", "the lock's resource name (or the NAME argument)")
+	fs.StringVar(&c.lock, "lock", "", "the lock's resource name")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: lockgate %s %s\n", name, usage)
 		fs.PrintDefaults()
