@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +24,8 @@ import (
 // command's process group.
 //
 // The command runs in a process group of its own so that a lost lock stops
-// every process it started (a shell's children too), not just the first.
+// every process it started (a shell's children too), not just the first. If
+// run itself dies, the command gets SIGTERM (Linux's parent-death signal).
 // The price: it is not the terminal's foreground group, so it should not
 // read from a terminal.
 func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) int {
@@ -94,7 +96,9 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		"LOCKGATE_RESOURCE="+l.Resource(),
 		"LOCKGATE_LEASE_ID="+l.LeaseID(),
 		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if run itself dies (SIGKILL, OOM), nobody renews the lock
+	// any more, so the command is told at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		release(c, l)
 		code := exitCannotExec
@@ -118,7 +122,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 			done = nil
 			lost = l.Err()
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			c.failf(0, "lock %s lost: %v; sent SIGTERM to the command, SIGKILL in %v", c.lock, lost, *killAfter)
+			c.failf(0, "lock %s lost (%s): sent SIGTERM to the command, SIGKILL in %v", c.lock, why(lost), *killAfter)
 			t := time.NewTimer(*killAfter)
 			defer t.Stop()
 			kill = t.C
@@ -132,12 +136,17 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 	}
 	if lost != nil {
 		release(c, l) // in case the lock was only out of reach: free it now
-		return c.failf(exitLost, "lock %s was lost while the command ran (%v); the command was stopped", c.lock, lost)
+		return c.failf(exitLost, "lock %s was lost while the command ran (%s); the command was stopped", c.lock, why(lost))
 	}
 	// Stop every straggler the command left in its group? No: a command
 	// that exits and leaves a daemon behind meant to.
 	release(c, l)
 	return exitStatus(cmd.ProcessState)
+}
+
+// why is the reason a lock was lost, without the "lock lost" prefix.
+func why(err error) string {
+	return strings.TrimPrefix(err.Error(), client.ErrLost.Error()+": ")
 }
 
 // release lets go of the lock, saying so if that fails.

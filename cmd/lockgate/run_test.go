@@ -53,6 +53,9 @@ func startLockgate(t *testing.T, args ...string) *lockgateProc {
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), "LOCKGATETEST_RUN_MAIN=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	// A command that outlives run holds the output pipes open: do not wait
+	// for them for ever.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -533,4 +536,24 @@ func TestRunAndAcquireWithABearerToken(t *testing.T) {
 	if code := subcommand("acquire", []string{"--gateway", g.base, "--token-file", badFile, "x"}, envOf(nil), &out, &errb); code != exitDenied {
 		t.Errorf("acquire with a bad token: exit %d, want %d (%s)", code, exitDenied, errb.String())
 	}
+}
+
+// If run itself is killed (SIGKILL: nothing renews the lock any more), the
+// command gets SIGTERM at once. (Without the parent-death signal this test
+// fails, and its cleanup stops the orphaned command.)
+func TestTheCommandHearsOfRunsDeath(t *testing.T) {
+	g, _ := clientGateway(t)
+	log := filepath.Join(t.TempDir(), "log")
+	script := fmt.Sprintf(`trap 'echo term >> %s; exit 143' TERM; echo "ready $$" >> %s; while :; do sleep 0.02; done`, log, log)
+	p := startLockgate(t, runArgs(g, "run-killed", "--ttl", "30s", "--", "sh", "-c", script)...)
+	waitFor(t, log, "ready", 20*time.Second)
+	b, _ := os.ReadFile(log)
+	var pid int
+	if _, err := fmt.Sscanf(string(b), "ready %d", &pid); err != nil || pid <= 1 {
+		t.Fatalf("log %q: %v", b, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }) // the command's group, if it outlived the test
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	waitFor(t, log, "term", 2*time.Second)
 }
