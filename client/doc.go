@@ -27,7 +27,9 @@
 //     answers a lease that already holds the lock with the same lock, so a
 //     retry never takes a second one.
 //
-// What is not: Done is advice to a process that may itself be paused past
+// What is not: "never after" assumes the client process is not stalled for
+// longer than the margin, since a timer fires only when the process runs.
+// And Done is advice to a process that may itself be paused past
 // any deadline (GC, swap, SIGSTOP). The protection against a holder that
 // acts too late is the fencing token, checked by the storage it writes to:
 // SetFencingHeaders puts it on a request for the fencing package's
