@@ -63,6 +63,8 @@ type ProblemError struct {
 	Field string
 }
 
+// Error gives the status, title, detail and retry-after; never a lease id
+// or token, which the gateway does not put in problems.
 func (e *ProblemError) Error() string {
 	title := e.Problem.Title
 	if title == "" {
@@ -144,6 +146,8 @@ type NoAnswerError struct {
 	Err error
 }
 
+// Error names the call and the transport error (which names the URL, not
+// the lease id or bearer token: those travel in headers).
 func (e *NoAnswerError) Error() string {
 	return "no answer from the gateway to " + e.Op + ": " + e.Err.Error()
 }
