@@ -1,0 +1,367 @@
+package main
+
+// The client subcommands of the lockgate binary: run (a distributed
+// flock(1)), and acquire, extend, release and status for scripts. main
+// dispatches to them when the first argument names one; without one the
+// binary is the gateway.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/client"
+)
+
+// Exit statuses of the client subcommands. A command run by `lockgate run`
+// may itself exit with any of these; the one-line message on stderr says
+// which it was.
+const (
+	exitOK = 0
+	// exitFailed: the gateway refused the request or could not be reached
+	// (acquire, extend, release, status).
+	exitFailed = 1
+	// exitNotHeld: status found nothing holding the lock.
+	exitNotHeld = 3
+	// exitUsage: bad flags or arguments (EX_USAGE).
+	exitUsage = 64
+	// exitUnavailable: run could not take the lock because the gateway was
+	// unreachable, had no quorum or refused the request (EX_UNAVAILABLE).
+	exitUnavailable = 69
+	// exitLost: run's lock was lost while the command ran; the command was
+	// sent SIGTERM, and SIGKILL after --kill-after (EX_SOFTWARE).
+	exitLost = 70
+	// exitTaken: another lease holds the lock and --wait ran out
+	// (EX_TEMPFAIL): run and acquire.
+	exitTaken = 75
+	// exitDenied: the bearer token is missing, unknown or may not do this
+	// (401/403) (EX_NOPERM).
+	exitDenied = 77
+	// exitCannotExec and exitNotFound: run could not start the command, as
+	// a shell reports it.
+	exitCannotExec = 126
+	exitNotFound   = 127
+)
+
+// defaultGateway is the gateway of the client subcommands without --gateway
+// or LOCKGATE_URL.
+const defaultGateway = "http://127.0.0.1:8080"
+
+// isSubcommand reports whether name is a client subcommand.
+func isSubcommand(name string) bool {
+	switch name {
+	case "run", "acquire", "extend", "release", "status":
+		return true
+	}
+	return false
+}
+
+// subcommand runs the client subcommand name with args and returns the
+// exit status. Messages go to stderr as one line starting "lockgate NAME:".
+func subcommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	switch name {
+	case "run":
+		return runCommand(args, getenv, stdout, stderr)
+	case "acquire":
+		return acquireCommand(args, getenv, stdout, stderr)
+	case "extend":
+		return extendCommand(args, getenv, stdout, stderr)
+	case "release":
+		return releaseCommand(args, getenv, stdout, stderr)
+	case "status":
+		return statusCommand(args, getenv, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "lockgate: unknown subcommand %q\n", name)
+	return exitUsage
+}
+
+// common holds the flags every client subcommand has.
+type common struct {
+	name      string // the subcommand
+	gateway   string
+	tokenFile string
+	timeout   time.Duration
+	lock      string
+	stderr    io.Writer
+}
+
+func newFlags(name string, getenv func(string) string, stderr io.Writer, usage string) (*flag.FlagSet, *common) {
+	c := &common{name: name, stderr: stderr}
+	fs := flag.NewFlagSet("lockgate "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	gw := getenv("LOCKGATE_URL")
+	if gw == "" {
+		gw = defaultGateway
+	}
+	fs.StringVar(&c.gateway, "gateway", gw, "gateway URL (env LOCKGATE_URL)")
+	fs.StringVar(&c.tokenFile, "token-file", getenv("LOCKGATE_TOKEN_FILE"),
+		"file holding the bearer token, when the gateway has access control (env LOCKGATE_TOKEN_FILE)")
+	fs.StringVar(&c.lock, "lock", "", "the lock's resource name")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: lockgate %s %s\n", name, usage)
+		fs.PrintDefaults()
+	}
+	return fs, c
+}
+
+// parse parses args, allowing flags after the NAME argument too, and
+// returns the positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil // everything after -- is positional
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// resource returns the lock name from NAME, --lock or LOCKGATE_RESOURCE.
+func (c *common) resource(pos []string, getenv func(string) string) (string, error) {
+	switch {
+	case len(pos) > 1:
+		return "", fmt.Errorf("one lock name expected, got %d arguments", len(pos))
+	case len(pos) == 1 && c.lock != "" && pos[0] != c.lock:
+		return "", fmt.Errorf("two lock names: %q and --lock %q", pos[0], c.lock)
+	case len(pos) == 1:
+		return pos[0], nil
+	case c.lock != "":
+		return c.lock, nil
+	case getenv("LOCKGATE_RESOURCE") != "":
+		return getenv("LOCKGATE_RESOURCE"), nil
+	}
+	return "", errors.New("no lock name: give NAME, --lock or LOCKGATE_RESOURCE")
+}
+
+func (c *common) client() (*client.Client, error) {
+	var opts client.Options
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts.BearerToken = strings.TrimSpace(string(b))
+		if opts.BearerToken == "" {
+			return nil, fmt.Errorf("--token-file %s is empty", c.tokenFile)
+		}
+	}
+	return client.New(c.gateway, &opts)
+}
+
+// failf prints the one-line reason and returns code.
+func (c *common) failf(code int, format string, a ...any) int {
+	msg := fmt.Sprintf(format, a...)
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	fmt.Fprintf(c.stderr, "lockgate %s: %s\n", c.name, msg)
+	return code
+}
+
+// usagef reports a usage error.
+func (c *common) usagef(format string, a ...any) int {
+	return c.failf(exitUsage, format+" (-h for help)", a...)
+}
+
+// exitFor maps a gateway error to an exit status for the scripting
+// subcommands.
+func exitFor(err error) int {
+	switch {
+	case errors.Is(err, client.ErrTaken):
+		return exitTaken
+	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
+		return exitDenied
+	}
+	return exitFailed
+}
+
+// withTimeout bounds one scripting call.
+func (c *common) withTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.timeout)
+}
+
+func acquireCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("acquire", getenv, stderr, "[flags] NAME\n\n"+
+		"Takes the lock and prints the lease as JSON, or with --env as shell assignments\n"+
+		"(eval \"$(lockgate acquire --env NAME)\"). Exit 0, 75 if another lease holds it.")
+	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL")
+	wait := fs.Duration("wait", 0, "how long to wait for a held lock")
+	owner := fs.String("owner", "", "label shown by status")
+	leaseID := fs.String("lease-id", "", "a lease id of your own (16 to 128 of A-Z a-z 0-9 - _); default: a fresh random one")
+	env := fs.Bool("env", false, "print LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID, LOCKGATE_FENCING_TOKEN as shell assignments")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole call, beyond --wait")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	name, err := c.resource(pos, func(string) string { return "" })
+	if err != nil {
+		return c.usagef("%v", err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.usagef("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *wait+c.timeout)
+	defer cancel()
+	o := &client.AcquireOptions{TTL: *ttl, Wait: *wait, Owner: *owner, LeaseID: *leaseID}
+	if o.LeaseID == "" {
+		o.LeaseID = client.NewLeaseID()
+	}
+	var lease *client.Lease
+	for attempt := 1; ; attempt++ {
+		// A transient failure may have lost a grant's answer: retrying with
+		// the same lease id gets that grant back rather than a second one.
+		lease, err = cl.Acquire(ctx, name, o)
+		if err == nil || !client.Transient(err) || attempt == 3 {
+			break
+		}
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+	}
+	if err != nil {
+		return c.failf(exitFor(err), "%s: %v", name, err)
+	}
+	if *env {
+		fmt.Fprintf(stdout, "LOCKGATE_RESOURCE=%s\nLOCKGATE_LEASE_ID=%s\nLOCKGATE_FENCING_TOKEN=%d\n"+
+			"export LOCKGATE_RESOURCE LOCKGATE_LEASE_ID LOCKGATE_FENCING_TOKEN\n",
+			shellQuote(lease.Resource), shellQuote(lease.LeaseID), lease.FencingToken)
+		return exitOK
+	}
+	return printJSON(c, stdout, lease.Lease)
+}
+
+func extendCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("extend", getenv, stderr, "[flags] [NAME]\n\n"+
+		"Extends a lock this lease holds and prints the lease as JSON. NAME, the lease id and the\n"+
+		"token default to LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and LOCKGATE_FENCING_TOKEN.")
+	ttl := fs.Duration("ttl", 0, "new TTL; default the TTL the lock was taken with")
+	leaseID, token := leaseFlags(fs, getenv)
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	name, cl, code := c.prepare(pos, getenv, *leaseID)
+	if code != exitOK {
+		return code
+	}
+	ctx, cancel := c.withTimeout()
+	defer cancel()
+	lease, err := cl.Extend(ctx, name, *leaseID, &client.ExtendOptions{TTL: *ttl, IfToken: *token})
+	if err != nil {
+		return c.failf(exitFor(err), "%s: %v", name, err)
+	}
+	return printJSON(c, stdout, lease.Lease)
+}
+
+func releaseCommand(args []string, getenv func(string) string, _, stderr io.Writer) int {
+	fs, c := newFlags("release", getenv, stderr, "[flags] [NAME]\n\n"+
+		"Releases a lock this lease holds. NAME, the lease id and the token default to\n"+
+		"LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and LOCKGATE_FENCING_TOKEN.")
+	leaseID, token := leaseFlags(fs, getenv)
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	name, cl, code := c.prepare(pos, getenv, *leaseID)
+	if code != exitOK {
+		return code
+	}
+	ctx, cancel := c.withTimeout()
+	defer cancel()
+	if err := cl.Release(ctx, name, *leaseID, *token); err != nil {
+		return c.failf(exitFor(err), "%s: %v", name, err)
+	}
+	return exitOK
+}
+
+func statusCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("status", getenv, stderr, "[flags] NAME\n\n"+
+		"Prints who holds the lock as JSON (never the lease id). Exit 0 if held, 3 if not.")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	name, err := c.resource(pos, func(string) string { return "" })
+	if err != nil {
+		return c.usagef("%v", err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.usagef("%v", err)
+	}
+	ctx, cancel := c.withTimeout()
+	defer cancel()
+	info, err := cl.Get(ctx, name)
+	if errors.Is(err, client.ErrNotHeld) {
+		return c.failf(exitNotHeld, "%s is not held", name)
+	}
+	if err != nil {
+		return c.failf(exitFor(err), "%s: %v", name, err)
+	}
+	return printJSON(c, stdout, info)
+}
+
+// leaseFlags are the --lease-id and --if-token flags of extend and release.
+func leaseFlags(fs *flag.FlagSet, getenv func(string) string) (*string, *int64) {
+	leaseID := fs.String("lease-id", getenv("LOCKGATE_LEASE_ID"), "the lease id (env LOCKGATE_LEASE_ID)")
+	var def int64
+	if v := getenv("LOCKGATE_FENCING_TOKEN"); v != "" {
+		_, _ = fmt.Sscan(v, &def)
+	}
+	token := fs.Int64("if-token", def, "refuse unless the holder's fencing token is this (env LOCKGATE_FENCING_TOKEN); 0: no check")
+	return leaseID, token
+}
+
+// prepare finds the lock name and builds the client for extend and release.
+func (c *common) prepare(pos []string, getenv func(string) string, leaseID string) (string, *client.Client, int) {
+	name, err := c.resource(pos, getenv)
+	if err != nil {
+		return "", nil, c.usagef("%v", err)
+	}
+	if leaseID == "" {
+		return "", nil, c.usagef("no lease id: give --lease-id or LOCKGATE_LEASE_ID")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return "", nil, c.usagef("%v", err)
+	}
+	return name, cl, exitOK
+}
+
+func printJSON(c *common, stdout io.Writer, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return c.failf(exitFailed, "%v", err)
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	return exitOK
+}
+
+// flagExit is the status for a flag parse error (already printed): 0 for
+// -h, else a usage error.
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
