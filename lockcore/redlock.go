@@ -179,6 +179,12 @@ type AcquireRequest struct {
 	// minted is set when Acquire minted LeaseID: such a lease cannot hold
 	// anything from an earlier request.
 	minted bool
+	// fresh is set when the request's first round showed that the lease did
+	// not hold the lock before the request (see mayHold): a node that says
+	// it re-entered then holds a copy from this request's own earlier round
+	// (whose answer was lost) or a stray minority copy, and the answer is a
+	// new grant. tried is set after the first round.
+	fresh, tried bool
 }
 
 // Lease is a held lock.
@@ -310,7 +316,7 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 		return nil, err
 	}
 	if req.Wait == 0 {
-		lease, err := r.tryAcquire(ctx, req)
+		lease, err := r.tryAcquire(ctx, &req)
 		return r.handOver(ctx, lease, err)
 	}
 	return r.waits.acquire(ctx, req)
@@ -406,12 +412,31 @@ func (t tally) freeIn(quorum int) time.Duration {
 func (t tally) answered() int { return t.ok + t.taken + t.absent }
 
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
-func (r *Redlock) tryAcquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+// The first round of a request records whether the lease may have held the
+// lock before it (see AcquireRequest.fresh); later rounds of a waiting
+// request keep that.
+func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
 	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
-	na := r.nodeAcquire(req)
+	na := r.nodeAcquire(*req)
 	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
-	return r.settle(ctx, req, start, results)
+	if !req.tried {
+		req.tried, req.fresh = true, !r.mayHold(results)
+	}
+	return r.settle(ctx, *req, start, results)
+}
+
+// mayHold reports whether an acquisition round's answers leave room for the
+// lease to have held the lock before it: a quorum of nodes either said it
+// re-entered or did not answer.
+func (r *Redlock) mayHold(results []nodeResult) bool {
+	n := 0
+	for _, res := range results {
+		if res.err != nil || res.reply.Status == StatusReentered {
+			n++
+		}
+	}
+	return n >= r.quorum
 }
 
 func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
@@ -424,9 +449,10 @@ func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
 // when a quorum granted it within its validity, its token fenced on a
 // quorum; otherwise an error, after undoing what was granted.
 func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Time, results []nodeResult) (*Lease, error) {
-	if req.minted {
-		// A lease id minted for this request held nothing before it: a
-		// node that says it re-entered ran this attempt's grant twice.
+	if req.minted || req.fresh {
+		// The lease held nothing before this request (a minted id, or see
+		// AcquireRequest.fresh): a node that says it re-entered holds a
+		// copy this request made, not an earlier hold.
 		for i := range results {
 			if results[i].err == nil && results[i].reply.Status == StatusReentered {
 				results[i].reply.Status = StatusGranted
@@ -770,11 +796,17 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 }
 
 // verdict turns an extend or release tally into nil or the error to return.
+//
+// "Not held" and "held by other" are answered only when the lease cannot
+// hold a quorum: the nodes that confirmed it plus those that did not answer
+// (a node whose answer was lost, or one not yet checked after a restart,
+// may still have the lock) are fewer than a quorum. Otherwise the outcome
+// is unknown: a *QuorumError (503; retrying is safe).
 func (r *Redlock) verdict(op, resource string, t tally) error {
 	switch {
 	case t.ok >= r.quorum:
 		return nil
-	case t.answered() < r.quorum:
+	case t.answered() < r.quorum || t.ok+len(t.causes) >= r.quorum:
 		r.opt.Observer.QuorumFailed(op)
 		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
 	case t.taken > 0:

@@ -54,7 +54,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	var lease *Lease
 	var err error
 	try := func(ctx context.Context) waitroom.Result {
-		lease, err = r.tryAcquire(ctx, req)
+		lease, err = r.tryAcquire(ctx, &req) // req keeps what its first round learnt
 		if taken, ok := errors.AsType[*TakenError](err); ok {
 			return waitroom.Result{FreeIn: cmp.Or(max(0, taken.RetryAfter), r.opt.MinTTL), Split: taken.granted > 0}
 		}

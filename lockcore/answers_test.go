@@ -1,0 +1,94 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
+)
+
+// faultyCluster is a Redlock over n in-memory nodes that tests can switch
+// off one by one.
+func faultyCluster(t *testing.T, n int) (*lockcore.Redlock, []*nodetest.Faulty) {
+	t.Helper()
+	var nodes []lockcore.Node
+	var fs []*nodetest.Faulty
+	for range n {
+		f := nodetest.NewFaulty(memnode.New(nil))
+		nodes, fs = append(nodes, f), append(fs, f)
+	}
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	return rl, fs
+}
+
+var errOff = errors.New("switched off")
+
+// A release or extend whose lease still may hold a quorum, counting the
+// nodes that did not answer, is unknown (503), never "not held" (404): five
+// nodes, the lock granted on three (two were down); then one of those three
+// does not answer, two confirm, two never had it.
+func TestAnUnknownOutcomeIsNotNotHeld(t *testing.T) {
+	for _, op := range []string{"release", "extend"} {
+		t.Run(op, func(t *testing.T) {
+			rl, fs := faultyCluster(t, 5)
+			ctx := context.Background()
+			fs[3].SetDown(errOff)
+			fs[4].SetDown(errOff)
+			l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "unknown", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs[3].SetDown(nil)
+			fs[4].SetDown(nil)
+			fs[0].SetDown(errOff)
+			if op == "release" {
+				err = rl.Release(ctx, lockcore.ReleaseRequest{Resource: "unknown", LeaseID: l.ID})
+			} else {
+				_, err = rl.Extend(ctx, lockcore.ExtendRequest{Resource: "unknown", LeaseID: l.ID})
+			}
+			if !errors.Is(err, lockcore.ErrNoQuorum) {
+				t.Fatalf("%s with 2 confirming, 1 silent, 2 absent: %v, want ErrNoQuorum", op, err)
+			}
+			// With the silent node back, the outcome is known.
+			fs[0].SetDown(nil)
+			if op == "release" {
+				err = rl.Release(ctx, lockcore.ReleaseRequest{Resource: "unknown", LeaseID: l.ID})
+				if !errors.Is(err, lockcore.ErrNotHeld) {
+					t.Fatalf("release again: %v, want ErrNotHeld (2 released, 1 holds: no quorum holds it)", err)
+				}
+			} else if _, err = rl.Extend(ctx, lockcore.ExtendRequest{Resource: "unknown", LeaseID: l.ID}); err != nil {
+				t.Fatalf("extend again: %v", err)
+			}
+		})
+	}
+}
+
+// A lease that did not hold the lock before a request gets a first grant
+// (Reentered false, 201) even where a node still has a stray copy for it
+// (an earlier attempt whose answer was lost): the request's first round
+// shows too few nodes re-entering, or silent, for the lease to have held a
+// quorum. A lease that held a quorum re-enters.
+func TestAStrayCopyDoesNotMakeAFirstGrantAReentry(t *testing.T) {
+	rl, fs := faultyCluster(t, 3)
+	ctx := context.Background()
+	const lease = "stray-copy-lease-0123456789"
+	if rep, err := fs[0].Inner().Acquire(ctx, lockcore.NodeAcquire{Resource: "stray", Lease: lease, TTL: time.Minute}); err != nil || rep.Status != lockcore.StatusGranted {
+		t.Fatalf("stray copy: %+v, %v", rep, err)
+	}
+	l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "stray", LeaseID: lease, TTL: time.Minute})
+	if err != nil || l.Reentered {
+		t.Fatalf("got %+v, %v; want a first grant", l, err)
+	}
+	again, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "stray", LeaseID: lease, TTL: time.Minute})
+	if err != nil || !again.Reentered || again.Token != l.Token {
+		t.Fatalf("the holder again: %+v, %v; want a re-entry with token %d", again, err, l.Token)
+	}
+}
