@@ -33,8 +33,15 @@ type grant struct {
 	// held is when the holder stopped acting as one: end, or the moment it
 	// sent its release if earlier.
 	held time.Duration
-	// ended is when the lock surely stopped existing: end, or the moment an
-	// acknowledged release returned if earlier.
+	// gone is when the lock surely stopped existing on every node without a
+	// release: the gateway counts validity from when it answered, which is
+	// before the answer came back but may be long after the acquire was
+	// sent (a gateway paused mid-request), so it is the answer's return
+	// (or an acknowledged extension's) plus the validity plus the drift
+	// allowance (driftSlack).
+	gone time.Duration
+	// ended is when the lock surely stopped existing: gone, or the moment
+	// an acknowledged release returned if earlier.
 	ended time.Duration
 	// releasedAt is when an acknowledged release returned; -1 if none.
 	releasedAt time.Duration
@@ -42,6 +49,10 @@ type grant struct {
 
 // grants rebuilds every grant from a history, per resource, in the order
 // the acquisitions were sent.
+// driftSlack bounds the gateway's drift allowance for the suite's TTLs (1%
+// of at most 2 s, plus 2 ms), with room to spare.
+const driftSlack = 50 * time.Millisecond
+
 func grants(events []Event) map[string][]*grant {
 	byLease := make(map[string]*grant)
 	out := make(map[string][]*grant)
@@ -52,14 +63,15 @@ func grants(events []Event) map[string][]*grant {
 		switch {
 		case e.Op == OpAcquire && e.Outcome == Ok:
 			g := &grant{ev: e, token: e.Token, begin: e.Invoke, start: e.Complete,
-				end: e.Invoke + e.ValidFor, releasedAt: -1}
+				end: e.Invoke + e.ValidFor, gone: e.Complete + e.ValidFor + driftSlack, releasedAt: -1}
 			byLease[e.Resource+"\x00"+e.Lease] = g
 			out[e.Resource] = append(out[e.Resource], g)
 		case e.Foreign:
 			// A foreign operation says nothing about the lease's own grant.
 		case e.Op == OpExtend && e.Outcome == Ok:
-			if g := byLease[e.Resource+"\x00"+e.Lease]; g != nil && e.Invoke+e.ValidFor > g.end {
-				g.end = e.Invoke + e.ValidFor
+			if g := byLease[e.Resource+"\x00"+e.Lease]; g != nil {
+				g.end = max(g.end, e.Invoke+e.ValidFor)
+				g.gone = max(g.gone, e.Complete+e.ValidFor+driftSlack)
 			}
 		case e.Op == OpRelease:
 			g := byLease[e.Resource+"\x00"+e.Lease]
@@ -76,7 +88,7 @@ func grants(events []Event) map[string][]*grant {
 	}
 	for _, gs := range out {
 		for _, g := range gs {
-			g.held, g.ended = g.end, g.end
+			g.held, g.ended = g.end, g.gone
 			if ri, ok := relInvoke[g]; ok && ri < g.held {
 				g.held = ri
 			}

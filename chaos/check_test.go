@@ -104,6 +104,13 @@ func TestCheckC2(t *testing.T) {
 			acq("r", "L1", 9, 0, 10, 1000), acq("r", "L2", 5, 5, 20, 1000)}, 0},
 		{"a release whose answer was lost does not end the grant early", []Event{
 			acq("r", "L1", 9, 0, 10, 1000), rel("r", "L1", 20, 30, Unknown), acq("r", "L2", 5, 40, 50, 1000)}, 0},
+		// L1's gateway was paused mid-request: it may have acquired just
+		// before answering, so its lock may live until 1900+1000, and L2
+		// (sent at 1200) may have come first.
+		{"a grant answered late may have begun late", []Event{
+			acq("r", "L1", 9, 0, 1900, 1000), acq("r", "L2", 5, 1200, 1210, 1000)}, 0},
+		{"a grant answered late still ends", []Event{
+			acq("r", "L1", 9, 0, 1900, 1000), acq("r", "L2", 5, 3000, 3010, 1000)}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
