@@ -36,7 +36,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		"## With the protection off",
 		"C2 **1 violations**, C3 none",
 		"## What is not guaranteed",
-		"TODO(lead)",
+		"A majority of the nodes losing data at once",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
