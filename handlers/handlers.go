@@ -50,6 +50,17 @@ type Options struct {
 	// Metrics, if set, is served at GET /metrics (e.g. promhttp). It sits
 	// behind the same logging and Middleware as every route.
 	Metrics http.Handler
+	// AllowForce lets DELETE /locks/{resource}?force=true break locks. Set
+	// it only when a Middleware lets through only callers allowed to (the
+	// auth file's force operation); false answers every force with 403.
+	AllowForce bool
+	// Scope, if set, says which resources a GET /locks caller may see;
+	// others are left out of the listing. Default: all.
+	Scope func(r *http.Request) func(resource string) bool
+	// Caller, if set, names the caller in the audit log (e.g. the bearer
+	// token's name, never the token); "" falls back to the client
+	// certificate's subject, then "anonymous".
+	Caller func(r *http.Request) string
 }
 
 type server struct {
@@ -87,7 +98,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	s := &server{locker: locker, opt: o, validate: newValidator()}
 
 	r := chi.NewRouter()
-	r.Use(withRequestInfo, accessLog(*o.Logger), recoverer)
+	r.Use(withRequestInfo, accessLog(*o.Logger), s.audit, recoverer)
 	if o.OnRequest != nil {
 		r.Use(observe(o.OnRequest))
 	}
@@ -115,6 +126,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
 	}
+	r.Get("/locks", s.list)
 	r.Route("/locks/{resource}", func(r chi.Router) {
 		r.Put("/", s.acquire)
 		r.Patch("/", s.extend)

@@ -171,6 +171,13 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor str
 				return nil, withCtx(ctx, &NodeError{Node: r.nodes[c.Node].String(), Err: err})
 			}
 			c = listCursor{Prefix: prefix, Node: c.Node + 1, Skipped: c.Skipped | 1<<c.Node}
+			if failed := bits.OnesCount64(c.Skipped); failed > len(r.nodes)-r.quorum {
+				// No quorum can agree on anything: the listing would be
+				// empty for want of nodes, not of locks.
+				r.opt.Observer.QuorumFailed("list")
+				return nil, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
+					Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}})
+			}
 			continue
 		}
 		slices.Sort(names)

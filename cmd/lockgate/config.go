@@ -30,7 +30,7 @@ type config struct {
 	AuthFile    string
 
 	// tokens is the loaded -auth-file, nil when access control is off.
-	tokens *auth.Policy
+	tokens *auth.File
 	// effective lists every setting's value (passwords masked) and where it
 	// came from, in the order of settings, for the startup log line.
 	effective []effective
@@ -135,7 +135,7 @@ var settings = []setting{
 		if v == "" {
 			return nil
 		}
-		p, err := auth.Load(v)
+		p, err := auth.Open(v)
 		if err != nil {
 			return err
 		}

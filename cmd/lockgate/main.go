@@ -75,14 +75,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	m.Nodes(names, locker.Quorum())
 	m.Waiters(locker.Waiting)
 
-	var middleware []func(http.Handler) http.Handler
-	if cfg.tokens != nil {
-		middleware = append(middleware, cfg.tokens.Middleware)
-	}
-	h, err := handlers.New(locker, &handlers.Options{
+	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
-		Middleware: middleware, OnRequest: m.Request, Metrics: m.Handler(),
-	})
+		OnRequest: m.Request, Metrics: m.Handler(),
+	}
+	stopHangup := wireOps(ctx, cfg, log, hopts)
+	defer stopHangup()
+	h, err := handlers.New(locker, hopts)
 	if err != nil {
 		return err
 	}
@@ -172,7 +171,7 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	log.Info().Dict("settings", shown).Strs("from_flags", fromFlags).Strs("from_env", fromEnv).
 		Msg("configuration")
 	if cfg.tokens != nil {
-		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Len()).
+		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
 		if fi, err := os.Stat(cfg.AuthFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
 			log.Warn().Str("auth_file", cfg.AuthFile).Str("mode", fi.Mode().Perm().String()).
