@@ -28,6 +28,7 @@ type config struct {
 	BodyLimit   int64
 	LogLevel    string
 	AuthFile    string
+	tls         tlsSettings
 
 	// tokens is the loaded -auth-file, nil when access control is off.
 	tokens *auth.File

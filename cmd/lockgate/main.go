@@ -90,8 +90,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return fmt.Errorf("bad setting -addr (LOCKGATE_ADDR=%q): %w", cfg.Addr, err)
 	}
+	ln, scheme, err := serveTLS(ctx, cfg, log, ln)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info().Str("addr", ln.Addr().String()).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
+	log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
 		Dur("node_timeout", cfg.NodeTimeout).Dur("min_ttl", cfg.MinTTL).Dur("max_ttl", cfg.MaxTTL).
 		Dur("max_wait", cfg.MaxWait).Msg("lockgate listening")
 	if ready != nil {
