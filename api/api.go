@@ -102,4 +102,5 @@ const (
 	ProblemUnauthorized     = "urn:lockgate:problem:unauthorized"
 	ProblemForbidden        = "urn:lockgate:problem:forbidden"
 	ProblemInternal         = "urn:lockgate:problem:internal"
+	ProblemRateLimited      = "urn:lockgate:problem:rate-limited"
 )

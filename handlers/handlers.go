@@ -61,6 +61,13 @@ type Options struct {
 	// token's name, never the token); "" falls back to the client
 	// certificate's subject, then "anonymous".
 	Caller func(r *http.Request) string
+	// RateLimit, if above 0, allows each caller (see Caller; the client
+	// certificate's subject; else the client's IP address) that many
+	// requests per second on /locks and /locks/..., in bursts of up to
+	// RateBurst (default 1); beyond, 429 with Retry-After. Applied after
+	// Middleware, so unknown tokens still get 401.
+	RateLimit float64
+	RateBurst int
 }
 
 type server struct {
@@ -99,10 +106,14 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	r.Use(withRequestInfo, accessLog(*o.Logger), s.audit, recoverer)
+	r.Use(headAsGet)
 	if o.OnRequest != nil {
 		r.Use(observe(o.OnRequest))
 	}
 	r.Use(o.Middleware...)
+	if o.RateLimit > 0 {
+		r.Use(s.rateLimit(o.RateLimit, o.RateBurst))
+	}
 	r.Use(contract.enforce(o.BodyLimit))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusNotFound, apiNotFound, "no such route: "+r.URL.Path)

@@ -29,6 +29,8 @@ type config struct {
 	LogLevel    string
 	AuthFile    string
 	tls         tlsSettings
+	rateLimit   float64
+	rateBurst   int
 
 	// tokens is the loaded -auth-file, nil when access control is off.
 	tokens *auth.File

@@ -41,6 +41,8 @@ func badValues(t *testing.T) map[string][]string {
 		"body-limit":    {"x", "10", "2000000"},
 		"log-level":     {"loud", "INFO", "trace"},
 		"auth-file":     {filepath.Join(dir, "absent"), garbled, empty},
+		"rate-limit":    {"fast", "-1", "2e6"},
+		"rate-burst":    {"0", "x", "1.5"},
 		"tls-cert":      {filepath.Join(dir, "absent"), garbled, dir},
 		"tls-key":       {filepath.Join(dir, "absent"), garbled, dir},
 		"tls-client-ca": {filepath.Join(dir, "absent"), garbled, dir},

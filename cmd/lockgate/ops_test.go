@@ -220,3 +220,45 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 		t.Error("the log shows a token")
 	}
 }
+
+// go-redis's own messages (here: dials refused by a stopped node) are JSON
+// lines of the gateway's log, not plain text between them.
+func TestGoRedisLogsGoIntoTheJSONLog(t *testing.T) {
+	servers := redistest.StartN(t, 3, nil)
+	g := startGateway(t, []string{"-redis", redisURLs(servers), "-node-timeout", "200ms", "-min-ttl", "1s"}, nil)
+	servers[0].Kill()
+	for i := range 5 {
+		g.do(t, "PUT", fmt.Sprintf("/locks/go-redis-%d", i), "")
+	}
+	sawRedis := false
+	for line := range strings.Lines(g.log.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("a log line is not JSON: %q", line)
+			continue
+		}
+		if m["component"] == "go-redis" && strings.Contains(fmt.Sprint(m["message"]), "dial") {
+			sawRedis = true
+		}
+	}
+	if !sawRedis {
+		t.Errorf("no go-redis line in the JSON log:\n%s", g.log)
+	}
+}
+
+// -rate-limit through the environment: a caller beyond its rate gets 429
+// with Retry-After.
+func TestRateLimitSetting(t *testing.T) {
+	g := startGateway(t, nil, map[string]string{"LOCKGATE_RATE_LIMIT": "0.01", "LOCKGATE_RATE_BURST": "2"})
+	var statuses []int
+	for range 3 {
+		statuses = append(statuses, g.do(t, "GET", "/locks/limited", "").status)
+	}
+	a := g.do(t, "GET", "/locks/limited", "")
+	if !slices.Equal(statuses, []int{404, 404, 429}) || a.status != 429 || a.header.Get("Retry-After") == "" {
+		t.Errorf("statuses %v then %d (Retry-After %q), want 404 404 429 429 with Retry-After", statuses, a.status, a.header.Get("Retry-After"))
+	}
+	if h := g.do(t, "GET", "/healthz", ""); h.status != 200 {
+		t.Errorf("/healthz is limited: %d", h.status)
+	}
+}
