@@ -161,6 +161,7 @@ func (e *configError) Error() string {
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("lockgate", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() { printUsage(fs.Output()) }
 	vals := make([]*string, len(settings))
 	for i, s := range settings {
 		vals[i] = fs.String(s.flag, s.def, s.usage+" (env "+s.env+")")
@@ -239,7 +240,7 @@ func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		if err != nil {
-			return "(unparseable URL)"
+			return maskURL(raw)
 		}
 		return raw
 	}

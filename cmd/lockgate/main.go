@@ -73,6 +73,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		names[i] = n.String()
 	}
 	m.Nodes(names, locker.Quorum())
+	if len(cfg.Redis) > 0 {
+		warnSilentNodes(ctx, nodes, locker.Quorum(), log)
+	}
 	m.Waiters(locker.Waiting)
 
 	hopts := &handlers.Options{
@@ -88,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("bad setting -addr (LOCKGATE_ADDR=%q): %w", cfg.Addr, err)
+		return listenError(cfg, err)
 	}
 	ln, scheme, err := serveTLS(ctx, cfg, log, ln)
 	if err != nil {
