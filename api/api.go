@@ -59,6 +59,13 @@ type LockInfo struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 }
 
+// LockList is the body of GET /locks: a page of held locks, never with
+// their lease ids. NextCursor, absent on the last page, asks for the next.
+type LockList struct {
+	Locks      []LockInfo `json:"locks"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
 // Health is the body of /healthz and /readyz.
 type Health struct {
 	Status string `json:"status"`
@@ -95,4 +102,5 @@ const (
 	ProblemUnauthorized     = "urn:lockgate:problem:unauthorized"
 	ProblemForbidden        = "urn:lockgate:problem:forbidden"
 	ProblemInternal         = "urn:lockgate:problem:internal"
+	ProblemRateLimited      = "urn:lockgate:problem:rate-limited"
 )

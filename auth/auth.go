@@ -4,11 +4,12 @@
 //
 // # The token file
 //
-// One token per line, three fields separated by spaces or tabs:
+// One token per line, three or four fields separated by spaces or tabs:
 //
-//	# token                            methods               resource prefixes
-//	billing-7Q2vX9kLmN4pR8sT1uW3yZ5a   PUT,PATCH,DELETE,GET  invoice-,billing:
-//	dashboard-Hc6Jd8Kf0Lg2Mh4Nj6Pk8Q   GET                   *
+//	# token                            methods               resource prefixes  name
+//	billing-7Q2vX9kLmN4pR8sT1uW3yZ5a   PUT,PATCH,DELETE,GET  invoice-,billing:  billing-service
+//	dashboard-Hc6Jd8Kf0Lg2Mh4Nj6Pk8Q   GET                   *                  dashboard
+//	oncall-Zr5Tq1Wm7Yp3Lk9Hx2Vb6Nc8Jd   GET,force             *                  on-call
 //
 // The fields:
 //
@@ -17,10 +18,16 @@
 //     head -c 24 /dev/urandom | base64 | tr '+/' '-_'.
 //   - methods: a comma-separated list of GET, PUT, PATCH, DELETE (or their
 //     operation names inspect, acquire, extend, release; any case), or * for
-//     all four.
+//     all four, and force: breaking a lock whoever holds it (DELETE
+//     /locks/{resource}?force=true). * does not include force: it must be
+//     named. GET also allows listing held locks (GET /locks), which shows
+//     only the locks under the token's prefixes.
 //   - resource prefixes: a comma-separated list of prefixes of resource
 //     names, or * for every resource. "invoice-" allows invoice-42 and
 //     invoice-7, not invoices.
+//   - name (optional): who uses the token, 1 to 64 characters of A-Z a-z
+//     0-9 . _ - @ :, shown in the audit log instead of the token. Default
+//     "line-N", N the line number.
 //
 // Blank lines and lines starting with # are ignored. A token may appear once.
 //
@@ -50,6 +57,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/lockgate/lockgate/api"
@@ -62,6 +70,7 @@ type Policy struct {
 }
 
 type entry struct {
+	name     string
 	digest   [sha256.Size]byte
 	methods  map[string]bool
 	prefixes []string // nil: every resource
@@ -82,11 +91,13 @@ var ErrNoTokens = errors.New("auth: the token file holds no token")
 
 var (
 	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/=-]+$`)
+	namePattern  = regexp.MustCompile(`^[A-Za-z0-9._@:-]{1,64}$`)
 	// prefixPattern is the resource-name alphabet (lockcore.ValidResource).
 	prefixPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
 	methodNames   = map[string]string{
 		"GET": http.MethodGet, "PUT": http.MethodPut, "PATCH": http.MethodPatch, "DELETE": http.MethodDelete,
 		"INSPECT": http.MethodGet, "ACQUIRE": http.MethodPut, "EXTEND": http.MethodPatch, "RELEASE": http.MethodDelete,
+		opForce: opForce,
 	}
 )
 
@@ -121,13 +132,19 @@ func Parse(r io.Reader) (*Policy, error) {
 			return &ParseError{Line: n, Reason: fmt.Sprintf(format, args...)}
 		}
 		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, bad("want 3 fields (token, methods, resource prefixes), found %d", len(f))
+		if len(f) != 3 && len(f) != 4 {
+			return nil, bad("want 3 or 4 fields (token, methods, resource prefixes, optional name), found %d", len(f))
 		}
 		if len(f[0]) < 16 || len(f[0]) > 4096 || !tokenPattern.MatchString(f[0]) {
 			return nil, bad("the token must be 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / =")
 		}
-		e := entry{digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}}
+		e := entry{digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}, name: fmt.Sprintf("line-%d", n)}
+		if len(f) == 4 {
+			if !namePattern.MatchString(f[3]) {
+				return nil, bad("the name must be 1 to 64 characters of A-Z a-z 0-9 . _ - @ :")
+			}
+			e.name = f[3]
+		}
 		if first, dup := seen[e.digest]; dup {
 			return nil, bad("the token of line %d again", first)
 		}
@@ -140,7 +157,7 @@ func Parse(r io.Reader) (*Policy, error) {
 			for _, m := range strings.Split(f[1], ",") {
 				method, ok := methodNames[strings.ToUpper(m)]
 				if !ok {
-					return nil, bad("method %q is not GET, PUT, PATCH, DELETE (or inspect, acquire, extend, release) or *", m)
+					return nil, bad("method %q is not GET, PUT, PATCH, DELETE (or inspect, acquire, extend, release), force or *", m)
 				}
 				e.methods[method] = true
 			}
@@ -201,35 +218,91 @@ func (e *entry) allows(method, resource string) bool {
 }
 
 // Middleware guards /locks and /locks/...: 401 without a known bearer token,
-// 403 when the token does not allow the request's method on its resource.
+// 403 when the token does not allow the request's method on its resource
+// (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
+// listing GET /locks, whose answer the handler filters with Scope).
 // Other paths pass through. Put it before request validation, so that an
 // unauthenticated client learns nothing from validation errors.
 func (p *Policy) Middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resource, guarded := resourceOf(r.URL.Path)
-		if !guarded {
-			next.ServeHTTP(w, r)
-			return
-		}
-		token, ok := bearer(r.Header)
-		if !ok {
-			deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate"`,
-				"send Authorization: Bearer <token>")
-			return
-		}
-		e := p.lookup(token)
-		if e == nil {
-			deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate", error="invalid_token"`,
-				"the bearer token is not known")
-			return
-		}
-		if !e.allows(r.Method, resource) {
-			deny(w, r, http.StatusForbidden, `Bearer realm="lockgate", error="insufficient_scope"`,
-				"this token may not "+r.Method+" "+r.URL.Path)
-			return
-		}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(w, r, next) })
+}
+
+func (p *Policy) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	resource, guarded := resourceOf(r.URL.Path)
+	if !guarded {
 		next.ServeHTTP(w, r)
-	})
+		return
+	}
+	token, ok := bearer(r.Header)
+	if !ok {
+		deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate"`,
+			"send Authorization: Bearer <token>")
+		return
+	}
+	e := p.lookup(token)
+	if e == nil {
+		deny(w, r, http.StatusUnauthorized, `Bearer realm="lockgate", error="invalid_token"`,
+			"the bearer token is not known")
+		return
+	}
+	method, what := r.Method, r.Method+" "+r.URL.Path
+	if r.Method == http.MethodDelete && ForceRequested(r) {
+		method, what = opForce, "force-release "+resource
+	}
+	allowed := e.allows(method, resource)
+	if r.URL.Path == "/locks" || r.URL.Path == "/locks/" {
+		allowed = e.methods[method] // the listing is filtered by Scope
+	}
+	if !allowed {
+		deny(w, r, http.StatusForbidden, `Bearer realm="lockgate", error="insufficient_scope"`,
+			"this token may not "+what)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// opForce is the force operation's key in entry.methods.
+const opForce = "FORCE"
+
+// ForceRequested reports whether a request asks for a force release: it has
+// a force query parameter that is not false. A malformed value counts as
+// asking, so that access control is never weaker than the handler, which
+// refuses it.
+func ForceRequested(r *http.Request) bool {
+	q := r.URL.Query()
+	if !q.Has("force") {
+		return false
+	}
+	v, err := strconv.ParseBool(q.Get("force"))
+	return err != nil || v
+}
+
+// Name returns the name of the request's bearer token (see the file format),
+// or "" without a known one. It never returns the token.
+func (p *Policy) Name(r *http.Request) string {
+	token, ok := bearer(r.Header)
+	if !ok {
+		return ""
+	}
+	if e := p.lookup(token); e != nil {
+		return e.name
+	}
+	return ""
+}
+
+// Scope returns whether the request's bearer token may see each resource
+// (GET on its prefixes), for filtering a listing; nothing is visible
+// without a known token.
+func (p *Policy) Scope(r *http.Request) func(resource string) bool {
+	token, ok := bearer(r.Header)
+	if !ok {
+		return func(string) bool { return false }
+	}
+	e := p.lookup(token)
+	if e == nil {
+		return func(string) bool { return false }
+	}
+	return func(resource string) bool { return e.allows(http.MethodGet, resource) }
 }
 
 // resourceOf returns the resource name of a /locks/{resource} path and

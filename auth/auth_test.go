@@ -119,8 +119,9 @@ func TestParseErrorsNameTheLineNeverTheToken(t *testing.T) {
 		line       int
 		reason     string
 	}{
-		{"two fields", "# c\n" + secret + " GET\n", 2, "want 3 fields"},
-		{"four fields", secret + " GET * extra\n", 1, "want 3 fields"},
+		{"two fields", "# c\n" + secret + " GET\n", 2, "want 3 or 4 fields"},
+		{"five fields", secret + " GET * name extra\n", 1, "want 3 or 4 fields"},
+		{"a name with a slash", secret + " GET * a/b\n", 1, "the name must be"},
 		{"a short token", "short GET *\n", 1, "16 to 4096"},
 		{"a token with a bad character", "bad\"token-0123456789abcdef GET *\n", 1, "16 to 4096"},
 		{"an unknown method", secret + " GET,POST *\n", 1, `method "POST"`},

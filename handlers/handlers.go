@@ -50,6 +50,24 @@ type Options struct {
 	// Metrics, if set, is served at GET /metrics (e.g. promhttp). It sits
 	// behind the same logging and Middleware as every route.
 	Metrics http.Handler
+	// AllowForce lets DELETE /locks/{resource}?force=true break locks. Set
+	// it only when a Middleware lets through only callers allowed to (the
+	// auth file's force operation); false answers every force with 403.
+	AllowForce bool
+	// Scope, if set, says which resources a GET /locks caller may see;
+	// others are left out of the listing. Default: all.
+	Scope func(r *http.Request) func(resource string) bool
+	// Caller, if set, names the caller in the audit log (e.g. the bearer
+	// token's name, never the token); "" falls back to the client
+	// certificate's subject, then "anonymous".
+	Caller func(r *http.Request) string
+	// RateLimit, if above 0, allows each caller (see Caller; the client
+	// certificate's subject; else the client's IP address) that many
+	// requests per second on /locks and /locks/..., in bursts of up to
+	// RateBurst (default 1); beyond, 429 with Retry-After. Applied after
+	// Middleware, so unknown tokens still get 401.
+	RateLimit float64
+	RateBurst int
 }
 
 type server struct {
@@ -88,11 +106,15 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	s := &server{locker: locker, opt: o, validate: newValidator()}
 
 	r := chi.NewRouter()
-	r.Use(withRequestInfo, accessLog(*o.Logger), recoverer)
+	r.Use(withRequestInfo, accessLog(*o.Logger), s.audit, recoverer)
+	r.Use(headAsGet)
 	if o.OnRequest != nil {
 		r.Use(observe(o.OnRequest))
 	}
 	r.Use(o.Middleware...)
+	if o.RateLimit > 0 {
+		r.Use(s.rateLimit(o.RateLimit, o.RateBurst))
+	}
 	r.Use(contract.enforce(o.BodyLimit))
 	r.NotFound(notFound)
 	router := r
@@ -114,6 +136,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
 	}
+	r.Get("/locks", s.list)
 	// Exact paths only: chi's Route would also serve "/locks/x/", a path
 	// the contract does not know and so would not check (body limit,
 	// media type, headers). That path is a name with a slash: notFound's

@@ -49,6 +49,7 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/locks/"+lease.Resource)
 	}
 	setOutcome(r, outcome)
+	setToken(r, lease.Token)
 	writeLease(w, status, lease)
 }
 
@@ -68,11 +69,23 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setOutcome(r, "extended")
+	setToken(r, lease.Token)
 	writeLease(w, http.StatusOK, lease)
 }
 
 // release handles DELETE /locks/{resource}.
 func (s *server) release(w http.ResponseWriter, r *http.Request) {
+	if forced(r) {
+		s.forceRelease(w, r)
+		return
+	}
+	if r.Header.Get(api.HeaderLeaseID) == "" {
+		// Optional in the contract only for a force release.
+		p := newProblem(r, http.StatusBadRequest, apiInvalid, api.HeaderLeaseID+": is required without force=true")
+		p.Field = api.HeaderLeaseID
+		writeProblem(w, r, p, apiInvalid)
+		return
+	}
 	req := lockcore.ReleaseRequest{Resource: resourceParam(r), LeaseID: r.Header.Get(api.HeaderLeaseID), IfToken: ifMatch(r)}
 	if err := s.locker.Release(r.Context(), req); err != nil {
 		fail(w, r, err)

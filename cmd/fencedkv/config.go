@@ -97,7 +97,8 @@ func openStore(ctx context.Context, cfg config, log zerolog.Logger) (store, func
 			return nil, nil, fmt.Errorf("-redis (%s): Redis at %s does not answer: %w", envRedis, opts.Addr, err)
 		}
 		log.Info().Str("store", "redis").Str("redis_addr", opts.Addr).Int("redis_db", opts.DB).Msg("store ready")
-		return redisfence.New(client, nil), func() { _ = client.Close() }, nil
+		ping := func(ctx context.Context) error { return client.Ping(ctx).Err() }
+		return pingStore{redisfence.New(client, nil), ping}, func() { _ = client.Close() }, nil
 
 	case cfg.postgresDSN != "":
 		pcfg, err := pgxpool.ParseConfig(cfg.postgresDSN)
@@ -120,7 +121,7 @@ func openStore(ctx context.Context, cfg config, log zerolog.Logger) (store, func
 			return nil, nil, fmt.Errorf("-postgres (%s): %w", envPostgres, err)
 		}
 		log.Info().Str("store", "postgres").Str("postgres", where).Msg("store ready")
-		return pgfence.New(pool), pool.Close, nil
+		return pingStore{pgfence.New(pool), pool.Ping}, pool.Close, nil
 
 	default:
 		log.Warn().Str("store", "memory").
@@ -137,3 +138,12 @@ func withoutURL(err error) error {
 	}
 	return err
 }
+
+// pingStore is a store whose backend /readyz can ping.
+type pingStore struct {
+	store
+	ping func(ctx context.Context) error
+}
+
+// Ping asks the store's backend (Redis or PostgreSQL) whether it answers.
+func (p pingStore) Ping(ctx context.Context) error { return p.ping(ctx) }

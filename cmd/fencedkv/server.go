@@ -50,16 +50,22 @@ type server struct {
 //	GET /kv/{key}  200 with the raw value as body and the Fencing-Token and
 //	               Fencing-Resource headers of the write that stored it; 404 if absent.
 //	GET /healthz   200 while the process serves requests.
+//	GET /readyz    200 while the store answers (a ping, when the store
+//	               has one); 503 otherwise.
 //
-// Every error is an RFC 9457 application/problem+json body.
+// Every error is an RFC 9457 application/problem+json body whose type is a
+// urn:lockgate:problem: URN.
 func newHandler(st store, log zerolog.Logger) http.Handler {
 	s := &server{store: st, log: log}
 	r := chi.NewRouter()
 	r.Use(s.accessLog, middleware.Recoverer)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeStatus(w, http.StatusNotFound, "") })
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeStatus(w, http.StatusMethodNotAllowed, r.Method+" is not supported here")
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, http.StatusNotFound, problemNotFound, "no such route: "+r.URL.Path)
 	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, http.StatusMethodNotAllowed, problemMethodNotAllowed, r.Method+" is not supported here")
+	})
+	r.Get("/readyz", s.readyz)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -137,9 +143,9 @@ func (s *server) get(w http.ResponseWriter, r *http.Request) {
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, fencing.ErrNotFound):
-		writeStatus(w, http.StatusNotFound, "no value is stored under this key")
+		writeStatus(w, http.StatusNotFound, problemNoValue, "no value is stored under this key")
 	case errors.Is(err, errTooLarge):
-		writeStatus(w, http.StatusRequestEntityTooLarge, err.Error())
+		writeStatus(w, http.StatusRequestEntityTooLarge, problemTooLarge, err.Error())
 	case errors.Is(err, fencing.ErrStaleToken), errors.Is(err, fencing.ErrInvalidToken),
 		errors.Is(err, fencing.ErrMissingToken), errors.Is(err, fencing.ErrInvalidResource),
 		errors.Is(err, fencing.ErrInvalidKey):
@@ -147,22 +153,59 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.
 		s.log.Info().Err(err).Str("path", r.URL.Path).Msg("request canceled")
-		writeStatus(w, http.StatusServiceUnavailable, "")
+		writeStatus(w, http.StatusServiceUnavailable, problemUnavailable, "the request was canceled")
 	default:
 		s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg("store failed")
-		fencing.WriteError(w, err) // a 500 without detail
+		// The cause goes to the log, not to the client.
+		writeStatus(w, http.StatusInternalServerError, problemInternal, "the store failed; see the server log")
 	}
 }
 
-// writeStatus writes a problem+json body of type about:blank, whose title is
-// the status text (RFC 9457, section 4.2.1).
-func writeStatus(w http.ResponseWriter, status int, detail string) {
+// Problem types of fencedkv's own answers (those of the fencing checks are
+// fencing.Problem*).
+const (
+	problemNotFound         = "urn:lockgate:problem:not-found"
+	problemNoValue          = "urn:lockgate:problem:no-value"
+	problemMethodNotAllowed = "urn:lockgate:problem:method-not-allowed"
+	problemTooLarge         = "urn:lockgate:problem:value-too-large"
+	problemUnavailable      = "urn:lockgate:problem:store-unavailable"
+	problemInternal         = "urn:lockgate:problem:internal"
+)
+
+// pinger is a store that can tell whether its backend answers.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// readyTimeout bounds the store ping of /readyz.
+const readyTimeout = time.Second
+
+// readyz answers 200 while the store answers its ping (a store without one,
+// the in-memory store, is always ready), else 503 with Retry-After.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if p, ok := s.store.(pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			s.log.Warn().Err(err).Msg("readyz: the store does not answer")
+			w.Header().Set("Retry-After", "1")
+			writeStatus(w, http.StatusServiceUnavailable, problemUnavailable, "the store does not answer")
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// writeStatus writes a problem+json body of type typ, whose title is the
+// status text.
+func writeStatus(w http.ResponseWriter, status int, typ, detail string) {
 	body, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail,omitempty"`
-	}{"about:blank", http.StatusText(status), status, detail})
+	}{typ, http.StatusText(status), status, detail})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))

@@ -85,7 +85,7 @@ var scenarios = []struct {
 		{method: "PUT", path: "/kv/k", token: "abc", body: "x", status: 400, problemType: fencing.ProblemInvalidToken},
 		{method: "PUT", path: "/kv/k", token: "0", body: "x", status: 400, problemType: fencing.ProblemInvalidToken},
 		{method: "PUT", path: "/kv/k", token: "9007199254740992", body: "x", status: 400, problemType: fencing.ProblemInvalidToken},
-		{method: "GET", path: "/kv/k", status: 404, problemType: "about:blank"},
+		{method: "GET", path: "/kv/k", status: 404, problemType: problemNoValue},
 	}},
 	{"keys are validated on reads and writes", []call{
 		{method: "PUT", path: "/kv/" + strings.Repeat("k", 201), token: "1", body: "x", status: 400, problemType: fencing.ProblemInvalidKey},
@@ -96,7 +96,7 @@ var scenarios = []struct {
 	}},
 	{"values up to 1 MiB are stored, larger ones get 413", []call{
 		{method: "PUT", path: "/kv/big", token: "1", bodySize: maxValueBytes, status: 204},
-		{method: "PUT", path: "/kv/big", token: "2", bodySize: maxValueBytes + 1, status: 413, problemType: "about:blank"},
+		{method: "PUT", path: "/kv/big", token: "2", bodySize: maxValueBytes + 1, status: 413, problemType: problemTooLarge},
 		{method: "GET", path: "/kv/big", status: 200, value: strings.Repeat("x", maxValueBytes), wroteToken: "1", wroteRes: "big"},
 		{method: "PUT", path: "/kv/empty", token: "1", status: 204},
 		{method: "GET", path: "/kv/empty", status: 200, value: "", wroteToken: "1", wroteRes: "empty"},
@@ -107,8 +107,9 @@ var scenarios = []struct {
 	}},
 	{"health and unknown routes", []call{
 		{method: "GET", path: "/healthz", status: 200, value: "ok\n"},
-		{method: "GET", path: "/nope", status: 404, problemType: "about:blank"},
-		{method: "DELETE", path: "/kv/k", status: 405, problemType: "about:blank"},
+		{method: "GET", path: "/readyz", status: 200, value: "ready\n"},
+		{method: "GET", path: "/nope", status: 404, problemType: problemNotFound},
+		{method: "DELETE", path: "/kv/k", status: 405, problemType: problemMethodNotAllowed},
 	}},
 }
 
@@ -202,4 +203,32 @@ func shorten(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+// /readyz follows the store: 200 while Redis answers, 503 with Retry-After
+// once it is gone, while /healthz stays 200.
+func TestReadinessFollowsTheStore(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	st, closeStore, err := openStore(context.Background(), config{redisURL: srv.URL()}, zerolog.New(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	h := httptest.NewServer(newHandler(st, zerolog.New(io.Discard)))
+	defer h.Close()
+	if msg := do(t, h.URL, call{method: "GET", path: "/readyz", status: 200, value: "ready\n"}); msg != "" {
+		t.Fatalf("Redis up: %s", msg)
+	}
+	srv.Kill()
+	if msg := do(t, h.URL, call{method: "GET", path: "/readyz", status: 503, problemType: problemUnavailable}); msg != "" {
+		t.Errorf("Redis down: %s", msg)
+	}
+	if msg := do(t, h.URL, call{method: "GET", path: "/healthz", status: 200, value: "ok\n"}); msg != "" {
+		t.Errorf("Redis down, /healthz: %s", msg)
+	}
+	// A store failure is a 500 with a lockgate problem type, its cause in
+	// the log only.
+	if msg := do(t, h.URL, call{method: "GET", path: "/kv/x", status: 500, problemType: problemInternal}); msg != "" {
+		t.Errorf("Redis down, a read: %s", msg)
+	}
 }

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/oasdiff/yaml"
 )
 
@@ -217,20 +220,76 @@ func TestComposeTopology(t *testing.T) {
 	}
 }
 
-// docker-compose config validates the file as Compose itself reads it. CI
-// installs Debian's docker-compose (.ci/extra-checks); elsewhere the test
-// runs when the command is there.
+// loadComposeProject loads a compose file as Docker Compose does, with the
+// Compose specification's own loader: schema validation, interpolation,
+// merging of the x- anchors, and the consistency checks of
+// "docker compose config". No docker binary or engine is needed.
+func loadComposeProject(t *testing.T, file string) (*types.Project, error) {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{file}, cli.WithName("lockgate"), cli.WithEnv(nil),
+		cli.WithConsistency(true), cli.WithResolvedPaths(false))
+	if err != nil {
+		return nil, err
+	}
+	return opts.LoadProject(context.Background())
+}
+
+// docker-compose.yml is valid Compose, as Compose itself reads it, and the
+// environment Compose gives the gateway names only settings the gateway
+// reads, with values it accepts.
 func TestComposeConfigIsValid(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs docker-compose; skipped under -short (TestComposeTopology still checks the structure)")
-	}
-	bin, err := exec.LookPath("docker-compose")
+	project, err := loadComposeProject(t, composeFile)
 	if err != nil {
-		t.Fatal("docker-compose not found: it validates docker-compose.yml without a Docker engine " +
-			"(Debian/Ubuntu: apt-get install docker-compose; .ci/extra-checks installs it on CI)")
+		t.Fatalf("docker-compose.yml is not valid Compose: %v", err)
 	}
-	out, err := exec.Command(bin, "-f", composeFile, "config", "-q").CombinedOutput()
+	svc, ok := project.Services["lockgate"]
+	if !ok {
+		t.Fatal("no lockgate service")
+	}
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.env] = true
+	}
+	env := map[string]string{}
+	for k, v := range svc.Environment {
+		if !strings.HasPrefix(k, "LOCKGATE_") || !known[k] {
+			t.Errorf("Compose gives the gateway %s, which it does not read", k)
+		}
+		if v == nil {
+			t.Errorf("Compose gives the gateway %s without a value", k)
+			continue
+		}
+		env[k] = *v
+	}
+	if _, err := parseConfig(nil, envOf(env), io.Discard); err != nil {
+		t.Errorf("the gateway refuses the environment Compose gives it: %v", err)
+	}
+}
+
+// The loader refuses what "docker compose config" refuses, so the test above
+// can fail.
+func TestComposeValidationCatchesABrokenFile(t *testing.T) {
+	raw, err := os.ReadFile(composeFile)
 	if err != nil {
-		t.Errorf("docker-compose config -q: %v\n%s", err, out)
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, from, to string }{
+		{"an unknown service key", "    stop_grace_period: 15s", "    stop_grace_period: 15s\n    restart_policy: always"},
+		{"a dependency on a missing service", "      redis-3: {condition: service_healthy}\n    healthcheck:", "      redis-4: {condition: service_healthy}\n    healthcheck:"},
+		{"a port that is not one", `ports: ["127.0.0.1:8080:8080"]`, `ports: ["127.0.0.1:eighty:8080"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			broken := strings.Replace(string(raw), tc.from, tc.to, 1)
+			if broken == string(raw) {
+				t.Fatalf("%q is not in docker-compose.yml", tc.from)
+			}
+			file := filepath.Join(t.TempDir(), "docker-compose.yml")
+			if err := os.WriteFile(file, []byte(broken), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := loadComposeProject(t, file); err == nil {
+				t.Errorf("the loader accepts a file with %s", tc.name)
+			}
+		})
 	}
 }

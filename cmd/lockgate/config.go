@@ -28,6 +28,9 @@ type config struct {
 	BodyLimit   int64
 	LogLevel    string
 	AuthFile    string
+	tls         tlsSettings
+	rateLimit   float64
+	rateBurst   int
 
 	// ReadHeaderTimeout, ReadBodyTimeout and MaxHeaderBytes bound how long
 	// and how much the server reads of a request (see newServer).
@@ -36,7 +39,7 @@ type config struct {
 	MaxHeaderBytes    int
 
 	// tokens is the loaded -auth-file, nil when access control is off.
-	tokens *auth.Policy
+	tokens *auth.File
 	// effective lists every setting's value (passwords masked) and where it
 	// came from, in the order of settings, for the startup log line.
 	effective []effective
@@ -153,7 +156,7 @@ var settings = []setting{
 		if v == "" {
 			return nil
 		}
-		p, err := auth.Load(v)
+		p, err := auth.Open(v)
 		if err != nil {
 			return err
 		}
@@ -176,6 +179,7 @@ func (e *configError) Error() string {
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("lockgate", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() { printUsage(fs.Output()) }
 	vals := make([]*string, len(settings))
 	for i, s := range settings {
 		vals[i] = fs.String(s.flag, s.def, s.usage+" (env "+s.env+")")
@@ -254,7 +258,7 @@ func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		if err != nil {
-			return "(unparseable URL)"
+			return maskURL(raw)
 		}
 		return raw
 	}

@@ -29,22 +29,27 @@ func badValues(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	return map[string][]string{
-		"addr":         {"localhost", "no-port-here", ":::"},
-		"redis":        {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379"},
-		"node-timeout": {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
-		"drift-factor": {"x", "0", "-0.1", "0.5"},
-		"min-ttl":      {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
-		"max-ttl":      {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
-		"default-ttl":  {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
-		"max-wait":     {"x", "0s", "6m"},
-		"max-waiters":  {"0", "-1", "many"},
-		"body-limit":   {"x", "10", "2000000"},
-		"log-level":    {"loud", "INFO", "trace"},
+		"addr":          {"localhost", "no-port-here", ":::"},
+		"redis":         {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379"},
+		"node-timeout":  {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
+		"drift-factor":  {"x", "0", "-0.1", "0.5"},
+		"min-ttl":       {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
+		"max-ttl":       {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
+		"default-ttl":   {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
+		"max-wait":      {"x", "0s", "6m"},
+		"max-waiters":   {"0", "-1", "many"},
+		"body-limit":    {"x", "10", "2000000"},
+		"log-level":     {"loud", "INFO", "trace"},
+		"auth-file":     {filepath.Join(dir, "absent"), garbled, empty},
+		"rate-limit":    {"fast", "-1", "2e6"},
+		"rate-burst":    {"0", "x", "1.5"},
+		"tls-cert":      {filepath.Join(dir, "absent"), garbled, dir},
+		"tls-key":       {filepath.Join(dir, "absent"), garbled, dir},
+		"tls-client-ca": {filepath.Join(dir, "absent"), garbled, dir},
 
 		"read-header-timeout": {"10", "0s", "-1s"},
 		"read-body-timeout":   {"soon", "0s", "-1s"},
 		"max-header-bytes":    {"x", "1023", "1048577", "-1"},
-		"auth-file":           {filepath.Join(dir, "absent"), garbled, empty},
 	}
 }
 

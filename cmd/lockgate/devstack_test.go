@@ -111,6 +111,40 @@ func TestDevStack(t *testing.T) {
 		t.Errorf("a second up did not notice the running stack:\n%s", out)
 	}
 
+	t.Run("the README's walkthroughs run twice in a row", func(t *testing.T) {
+		script := readmeWalkthroughs(t)
+		script = strings.ReplaceAll(script, "localhost:8080", "127.0.0.1:"+strconv.Itoa(ports[3]))
+		script = strings.ReplaceAll(script, "localhost:8081", "127.0.0.1:"+strconv.Itoa(ports[4]))
+		for run := 1; run <= 2; run++ {
+			cmd := exec.Command("bash", "-e", "-c", script)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil || stderr.Len() > 0 {
+				t.Fatalf("paste %d: %v\nstderr: %s\nstdout:\n%s", run, err, stderr.String(), out)
+			}
+			for _, want := range []string{
+				"HTTP/1.1 201 Created", "urn:lockgate:problem:lock-taken", "urn:lockgate:problem:held-by-another-lease",
+				"urn:lockgate:problem:stale-fencing-token", "final by client 2",
+			} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("paste %d: no %q in the output:\n%s", run, want, out)
+				}
+			}
+			// Steps 6 and 10, and the fencing story's 1, 2 and 5: 204s.
+			if n := strings.Count(string(out), "HTTP/1.1 204 No Content"); n != 5 {
+				t.Errorf("paste %d: %d answers 204, want 5:\n%s", run, n, out)
+			}
+		}
+		// The extraction fails loudly on an answer without the member.
+		probe := exec.Command("bash", "-e", "-c", readmeLine(t, "field() {")+"\n"+
+			`T=$(echo '{"type":"urn:lockgate:problem:lock-taken","status":409}' | field fencing_token); echo "went on with T=$T"`)
+		out, err := probe.CombinedOutput()
+		if err == nil || strings.Contains(string(out), "went on") || !strings.Contains(string(out), "no fencing_token in:") {
+			t.Errorf("field on a 409: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("the walkthrough works against it", func(t *testing.T) {
 		g := &gateway{base: "http://127.0.0.1:" + strconv.Itoa(ports[3])}
 		lease := []string{api.HeaderLeaseID, "devstack-lease-0123456789"}
@@ -217,4 +251,49 @@ func TestDevStack(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "data", "redis-1", "appendonlydir")); err != nil {
 		t.Errorf("down lost the AOF: %v", err)
 	}
+}
+
+// readmeWalkthroughs returns the sh blocks of README.md's two walkthroughs,
+// in order, as one script.
+func readmeWalkthroughs(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var script strings.Builder
+	section, inBlock, blocks := "", false, 0
+	for line := range strings.Lines(string(raw)) {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			section = strings.TrimSpace(line)
+		case line == "```sh\n" && strings.HasSuffix(section, "(paste it)"):
+			inBlock = true
+			blocks++
+		case inBlock && line == "```\n":
+			inBlock = false
+		case inBlock:
+			script.WriteString(line)
+		}
+	}
+	if blocks < 4 {
+		t.Fatalf("found %d sh blocks in README.md's walkthroughs, want at least 4", blocks)
+	}
+	return script.String()
+}
+
+// readmeLine returns the line of README.md that starts with prefix.
+func readmeLine(t *testing.T, prefix string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if strings.HasPrefix(line, prefix) {
+			return line
+		}
+	}
+	t.Fatalf("no line starting with %q in README.md", prefix)
+	return ""
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -77,26 +76,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		names[i] = n.String()
 	}
 	m.Nodes(names, locker.Quorum())
+	if len(cfg.Redis) > 0 {
+		warnSilentNodes(ctx, nodes, locker.Quorum(), log)
+	}
 	m.Waiters(locker.Waiting)
 
-	var middleware []func(http.Handler) http.Handler
-	if cfg.tokens != nil {
-		middleware = append(middleware, cfg.tokens.Middleware)
-	}
-	h, err := handlers.New(locker, &handlers.Options{
+	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
-		Middleware: middleware, OnRequest: m.Request, Metrics: m.Handler(),
-	})
+		OnRequest: m.Request, Metrics: m.Handler(),
+	}
+	stopHangup := wireOps(ctx, cfg, log, hopts)
+	defer stopHangup()
+	h, err := handlers.New(locker, hopts)
 	if err != nil {
 		return err
 	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("bad setting -addr (LOCKGATE_ADDR=%q): %w", cfg.Addr, err)
+		return listenError(cfg, err)
+	}
+	ln, scheme, err := serveTLS(ctx, cfg, log, ln)
+	if err != nil {
+		return err
 	}
 	srv := newServer(cfg, h)
-	log.Info().Str("addr", ln.Addr().String()).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
+	log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
 		Dur("node_timeout", cfg.NodeTimeout).Dur("min_ttl", cfg.MinTTL).Dur("max_ttl", cfg.MaxTTL).
 		Dur("max_wait", cfg.MaxWait).Msg("lockgate listening")
 	if ready != nil {
@@ -221,7 +226,7 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	log.Info().Dict("settings", shown).Strs("from_flags", fromFlags).Strs("from_env", fromEnv).
 		Msg("configuration")
 	if cfg.tokens != nil {
-		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Len()).
+		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
 		if fi, err := os.Stat(cfg.AuthFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
 			log.Warn().Str("auth_file", cfg.AuthFile).Str("mode", fi.Mode().Perm().String()).

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lockgate/lockgate/internal/redistest"
+)
+
+func TestMaskURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"redis://u:s3cret@h:xx", "redis://u:xxxxx@h:xx"},
+		{"redis://:s3cret@h:1/0", "redis://:xxxxx@h:1/0"},
+		{"rediss://u:p@ss@h:1", "rediss://u:xxxxx@h:1"},
+		{"redis://h:1", "redis://h:1"},
+		{"redis://user@h:1", "redis://user@h:1"},
+		{"u:s3cret@h:1", "u:xxxxx@h:1"},
+	} {
+		if got := maskURL(tc.in); got != tc.want {
+			t.Errorf("maskURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A -redis value that does not parse is shown in the error, its password
+// masked, instead of being dropped.
+func TestAnUnparseableRedisURLIsShownMasked(t *testing.T) {
+	for _, v := range []string{"redis://u:s3cret@h:xx", "redis://:s3cret@h:1,redis://u:s3cret@%zz:1"} {
+		_, err := parseConfig([]string{"-redis", v}, envOf(nil), io.Discard)
+		if err == nil {
+			t.Fatalf("%s: accepted", v)
+		}
+		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), ":xxxxx@") || strings.Contains(err.Error(), "unparseable") {
+			t.Errorf("%s: %v; want the value with its password masked", v, err)
+		}
+	}
+}
+
+// -h names the type of each flag's argument, not "string" for all.
+func TestHelpShowsTheTypeOfEachSetting(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseConfig([]string{"-h"}, envOf(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	help := out.String()
+	for _, want := range []string{"-addr host:port", "-redis URLs", "-node-timeout duration", "-max-waiters count",
+		"-auth-file file", "-tls-cert file", "-rate-limit per-second", "(env LOCKGATE_MAX_TTL)", `(default "1h")`} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-h lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, " string\n") {
+		t.Errorf("-h still calls an argument string:\n%s", help)
+	}
+	for _, s := range settings {
+		if flagTypes[s.flag] == "" {
+			t.Errorf("-%s has no type in flagTypes", s.flag)
+		}
+	}
+}
+
+// A port in use is reported under the name the address was given by, and
+// LOCKGATE_ADDR is named only when it was set.
+func TestAnAddressInUseNamesHowItWasGiven(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		want, not string
+	}{
+		{"by flag", []string{"-addr", addr}, nil, `bad setting -addr "` + addr + `"`, "LOCKGATE_ADDR"},
+		{"by variable", nil, map[string]string{"LOCKGATE_ADDR": addr}, `bad setting LOCKGATE_ADDR="` + addr + `"`, "-addr \""},
+	} {
+		err := run(t.Context(), tc.args, envOf(tc.env), io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.not) {
+			t.Errorf("%s: %v; want %q and not %q", tc.name, err, tc.want, tc.not)
+		}
+	}
+	cfg, err := parseConfig(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := listenError(cfg, errors.New("address already in use")).Error()
+	if strings.Contains(msg, "LOCKGATE_ADDR=") || !strings.Contains(msg, "the default address") {
+		t.Errorf("default address in use: %q", msg)
+	}
+}
+
+// A node that does not answer PING is named in a warning at start-up, and
+// the gateway says when fewer than a quorum answer.
+func TestStartupWarnsAboutSilentNodes(t *testing.T) {
+	servers := redistest.StartN(t, 2, nil)
+	deadPort := freePorts(t, 1)[0]
+	dead := "redis://127.0.0.1:" + strconv.Itoa(deadPort)
+	g := startGateway(t, []string{"-redis", servers[0].URL() + "," + servers[1].URL() + "," + dead}, nil)
+	logs := g.log.String()
+	if !strings.Contains(logs, `"node":"127.0.0.1:`+strconv.Itoa(deadPort)+`"`) || !strings.Contains(logs, "does not answer PING") {
+		t.Errorf("no warning naming the silent node:\n%s", logs)
+	}
+	if strings.Contains(logs, "fewer lock nodes answer than a quorum") {
+		t.Error("a quorum answers, but the log says it does not")
+	}
+	if n := strings.Count(logs, "does not answer PING"); n != 1 {
+		t.Errorf("%d PING warnings, want 1 (the two live nodes answer)", n)
+	}
+
+	g2 := startGateway(t, []string{"-redis", dead + ",redis://127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])}, nil)
+	if !strings.Contains(g2.log.String(), "fewer lock nodes answer than a quorum") {
+		t.Errorf("no quorum warning with every node silent:\n%s", g2.log)
+	}
+}

@@ -1,0 +1,101 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Lister is what GET /locks needs of the lock service (*lockcore.Redlock).
+type Lister interface {
+	List(ctx context.Context, prefix string, limit int, cursor string) (*lockcore.ListPage, error)
+}
+
+// ForceReleaser is what DELETE /locks/{resource}?force=true needs of the
+// lock service (*lockcore.Redlock).
+type ForceReleaser interface {
+	ForceRelease(ctx context.Context, resource string) (int64, error)
+}
+
+// list handles GET /locks: a page of held locks whose names start with
+// prefix, those Options.Scope hides left out.
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	lister, ok := s.locker.(Lister)
+	if !ok {
+		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot list locks")
+		return
+	}
+	q := r.URL.Query()
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		limit, _ = strconv.Atoi(v) // checked by the contract
+	}
+	page, err := lister.List(r.Context(), q.Get("prefix"), limit, q.Get("cursor"))
+	if errors.Is(err, lockcore.ErrNotSupported) {
+		problem(w, r, http.StatusInternalServerError, apiInternal, "a lock node cannot list locks")
+		return
+	}
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	visible := func(string) bool { return true }
+	if s.opt.Scope != nil {
+		visible = s.opt.Scope(r)
+	}
+	out := api.LockList{Locks: []api.LockInfo{}, NextCursor: page.Next}
+	for _, l := range page.Locks {
+		if !visible(l.Resource) {
+			continue
+		}
+		out.Locks = append(out.Locks, api.LockInfo{
+			Resource: l.Resource, FencingToken: l.Token, Owner: l.Owner,
+			TTLms: l.TTL.Milliseconds(), ExpiresAt: l.Expires.UTC(),
+		})
+	}
+	setOutcome(r, "listed")
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
+}
+
+// forced reports whether a DELETE asks for a force release (force=true; the
+// contract has refused a value that is not a boolean).
+func forced(r *http.Request) bool {
+	v, err := strconv.ParseBool(r.URL.Query().Get("force"))
+	return err == nil && v
+}
+
+// forceRelease handles DELETE /locks/{resource}?force=true: the lock is
+// broken whatever lease holds it. Only with access control on
+// (Options.AllowForce), where the access control has let the caller through
+// for the force operation.
+func (s *server) forceRelease(w http.ResponseWriter, r *http.Request) {
+	if !s.opt.AllowForce {
+		problem(w, r, http.StatusForbidden, apiForbidden, "force release needs access control: run the gateway with "+
+			"-auth-file (LOCKGATE_AUTH_FILE) and give a token the force operation (see docs/operations.md)")
+		return
+	}
+	fr, ok := s.locker.(ForceReleaser)
+	if !ok {
+		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot force a release")
+		return
+	}
+	tok, err := fr.ForceRelease(r.Context(), resourceParam(r))
+	if err != nil {
+		if errors.Is(err, lockcore.ErrNotSupported) {
+			problem(w, r, http.StatusInternalServerError, apiInternal, "a lock node cannot force a release")
+			return
+		}
+		fail(w, r, err)
+		return
+	}
+	setToken(r, tok)
+	setOutcome(r, "force_released")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+var apiForbidden = problemKind{api.ProblemForbidden, "Forbidden", "forbidden"}

@@ -1,0 +1,263 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/auth"
+	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Tokens of the listing, force-release and audit tests.
+const (
+	appReader = "app-reader-0123456789abcdef"
+	appWriter = "app-writer-0123456789abcdef"
+	onCall    = "on-call-token-0123456789abcdef"
+	putOnly   = "put-only-token-0123456789abcdef"
+)
+
+func bearerOf(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+// authGateway runs over three in-memory nodes behind a token file, wired as
+// cmd/lockgate wires it.
+func authGateway(t *testing.T, log *zerolog.Logger) *gateway {
+	t.Helper()
+	p, err := auth.Parse(strings.NewReader(appReader + " GET app: reader\n" + appWriter + " * app: writer\n" +
+		onCall + " GET,force * on-call\n" + putOnly + " PUT *\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newGateway(t, memNodes(3, nil), nil, &handlers.Options{
+		Logger: log, Middleware: []func(http.Handler) http.Handler{p.Middleware},
+		AllowForce: true, Scope: p.Scope, Caller: p.Name,
+	})
+}
+
+func (r response) list(t *testing.T) api.LockList {
+	t.Helper()
+	if r.Status != http.StatusOK {
+		t.Fatalf("got %s, want 200", r)
+	}
+	var l api.LockList
+	if err := json.Unmarshal(r.Body, &l); err != nil {
+		t.Fatalf("body is not a lock list: %v: %s", err, r.Body)
+	}
+	return l
+}
+
+func TestListLocks(t *testing.T) {
+	t.Parallel()
+	g := defaultGateway(t)
+	var leases []api.Lease
+	for _, r := range []string{"app:1", "app:2", "app:3", "app:4", "app:5", "other"} {
+		leases = append(leases, g.acquire(t, r, "", `{"owner":"worker of `+r+`"}`))
+	}
+	var got []string
+	target := "/locks?prefix=app:&limit=2"
+	for pages := 0; ; pages++ {
+		res := g.do(t, GET, target, "")
+		if res.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
+		}
+		for _, l := range leases {
+			if bytes.Contains(res.Body, []byte(l.LeaseID)) {
+				t.Fatalf("the listing shows a lease id: %s", res.Body)
+			}
+		}
+		page := res.list(t)
+		if len(page.Locks) > 2 {
+			t.Fatalf("page of %d locks, limit 2", len(page.Locks))
+		}
+		for _, l := range page.Locks {
+			got = append(got, l.Resource)
+			if l.Owner != "worker of "+l.Resource || l.FencingToken < 1 || l.TTLms != 30000 {
+				t.Errorf("listed %+v", l)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("the listing never ends")
+		}
+		target = "/locks?prefix=app:&limit=2&cursor=" + page.NextCursor
+	}
+	slices.Sort(got)
+	if want := []string{"app:1", "app:2", "app:3", "app:4", "app:5"}; !slices.Equal(got, want) {
+		t.Errorf("listed %v, want %v", got, want)
+	}
+	if all := g.do(t, GET, "/locks", "").list(t); len(all.Locks) != 6 || all.NextCursor != "" {
+		t.Errorf("GET /locks: %+v", all)
+	}
+
+	for _, tc := range []struct{ target, field string }{
+		{"/locks?limit=0", "limit"},
+		{"/locks?limit=1001", "limit"},
+		{"/locks?limit=ten", "limit"},
+		{"/locks?prefix=a%2Fb", "prefix"},
+		{"/locks?cursor=nonsense", "cursor"},
+	} {
+		p := wantProblem(t, g.do(t, GET, tc.target, ""), http.StatusBadRequest, api.ProblemInvalid)
+		if p.Field != tc.field {
+			t.Errorf("%s: field %q, want %q", tc.target, p.Field, tc.field)
+		}
+	}
+}
+
+func TestListLocksWithoutAQuorum(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, append(memNodes(1, nil), downLister{downNode("down-1")}, downLister{downNode("down-2")}), nil, nil)
+	res := wantProblem(t, g.do(t, GET, "/locks", ""), http.StatusServiceUnavailable, api.ProblemNoQuorum)
+	if res.Detail == "" {
+		t.Error("no detail")
+	}
+}
+
+// Access control filters the listing by the token's prefixes, and guards it
+// with GET.
+func TestListLocksFollowsAccessControl(t *testing.T) {
+	t.Parallel()
+	g := authGateway(t, nil)
+	for _, r := range []string{"app:1", "app:2", "billing:1"} {
+		res := g.do(t, PUT, "/locks/"+r, "", bearerOf(onCall)...)
+		if res.Status != http.StatusForbidden {
+			t.Fatalf("the on-call token may not acquire: %s", res)
+		}
+		if res := g.do(t, PUT, "/locks/"+r, "", bearerOf(putOnly)...); res.Status != http.StatusCreated {
+			t.Fatalf("acquire %s: %s", r, res)
+		}
+	}
+	names := func(l api.LockList) []string {
+		var out []string
+		for _, x := range l.Locks {
+			out = append(out, x.Resource)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(g.do(t, GET, "/locks", "", bearerOf(appReader)...).list(t)); !slices.Equal(got, []string{"app:1", "app:2"}) {
+		t.Errorf("the app: reader sees %v", got)
+	}
+	if got := names(g.do(t, GET, "/locks", "", bearerOf(onCall)...).list(t)); len(got) != 3 {
+		t.Errorf("the * token sees %v", got)
+	}
+	wantProblem(t, g.do(t, GET, "/locks", ""), http.StatusUnauthorized, api.ProblemUnauthorized)
+	wantProblem(t, g.do(t, GET, "/locks", "", bearerOf(putOnly)...), http.StatusForbidden, api.ProblemForbidden)
+}
+
+func TestForceRelease(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	log := zerolog.New(&logs)
+	g := authGateway(t, &log)
+	res := g.do(t, PUT, "/locks/app:stuck", `{"ttl_ms":3600000}`, bearerOf(appWriter)...)
+	held := wantLease(t, res, http.StatusCreated, "app:stuck")
+
+	wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=true", "", bearerOf(appWriter)...), http.StatusForbidden, api.ProblemForbidden)
+	wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=true", "", bearerOf(appReader)...), http.StatusForbidden, api.ProblemForbidden)
+	wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=true", ""), http.StatusUnauthorized, api.ProblemUnauthorized)
+	wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=maybe", "", bearerOf(onCall)...), http.StatusBadRequest, api.ProblemInvalid)
+	if info := g.do(t, GET, "/locks/app:stuck", "", bearerOf(appReader)...); info.Status != http.StatusOK {
+		t.Fatalf("refused force releases broke the lock: %s", info)
+	}
+
+	if res := g.do(t, DELETE, "/locks/app:stuck?force=true", "", bearerOf(onCall)...); res.Status != http.StatusNoContent {
+		t.Fatalf("force release by the on-call token: %s", res)
+	}
+	wantProblem(t, g.do(t, GET, "/locks/app:stuck", "", bearerOf(appReader)...), http.StatusNotFound, api.ProblemNotHeld)
+	wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=true", "", bearerOf(onCall)...), http.StatusNotFound, api.ProblemNotHeld)
+	next := wantLease(t, g.do(t, PUT, "/locks/app:stuck", "", bearerOf(appWriter)...), http.StatusCreated, "app:stuck")
+	if next.FencingToken <= held.FencingToken {
+		t.Errorf("next token %d, want above the broken lock's %d", next.FencingToken, held.FencingToken)
+	}
+	res = g.do(t, DELETE, "/locks/app:stuck", "", append(bearerOf(appWriter), api.HeaderLeaseID, held.LeaseID)...)
+	wantProblem(t, res, http.StatusConflict, api.ProblemHeldByOther)
+	// force=false is a plain release, which needs its Lease-Id.
+	p := wantProblem(t, g.do(t, DELETE, "/locks/app:stuck?force=false", "", bearerOf(appWriter)...), http.StatusBadRequest, api.ProblemInvalid)
+	if p.Field != api.HeaderLeaseID {
+		t.Errorf("field %q, want Lease-Id", p.Field)
+	}
+
+	// The audit log: one line per state-changing request, naming the
+	// caller by the token's name, never by the token or a lease id.
+	var audit []map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["audit"] == true {
+			audit = append(audit, m)
+		}
+	}
+	want := []struct {
+		op, caller, outcome string
+		status              float64
+		token               float64
+	}{
+		{"acquire", "writer", "acquired", 201, float64(held.FencingToken)},
+		{"force", "writer", "forbidden", 403, 0},
+		{"force", "reader", "forbidden", 403, 0},
+		{"force", "anonymous", "unauthorized", 401, 0},
+		{"force", "on-call", "bad_request", 400, 0},
+		{"force", "on-call", "force_released", 204, float64(held.FencingToken)},
+		{"force", "on-call", "not_held", 404, 0},
+		{"acquire", "writer", "acquired", 201, float64(next.FencingToken)},
+		{"release", "writer", "held_by_other", 409, 0},
+		{"force", "writer", "bad_request", 400, 0},
+	}
+	if len(audit) != len(want) {
+		t.Fatalf("%d audit lines, want %d:\n%s", len(audit), len(want), logs.String())
+	}
+	for i, w := range want {
+		m := audit[i]
+		tok, _ := m["fencing_token"].(float64)
+		if m["op"] != w.op || m["caller"] != w.caller || m["outcome"] != w.outcome || m["status"] != w.status ||
+			tok != w.token || m["resource"] != "app:stuck" {
+			t.Errorf("audit line %d: %v, want %+v", i, m, w)
+		}
+	}
+	for _, secret := range []string{appReader, appWriter, onCall, putOnly, held.LeaseID, next.LeaseID} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log shows the secret %q", secret)
+		}
+	}
+}
+
+// Without access control, no one may force a release, and the problem says
+// how to allow it.
+func TestForceReleaseNeedsAccessControl(t *testing.T) {
+	t.Parallel()
+	g := defaultGateway(t)
+	g.acquire(t, "stuck", "", "")
+	p := wantProblem(t, g.do(t, DELETE, "/locks/stuck?force=true", ""), http.StatusForbidden, api.ProblemForbidden)
+	if !strings.Contains(p.Detail, "-auth-file") || !strings.Contains(p.Detail, "force") {
+		t.Errorf("the problem does not say how to enable force release: %q", p.Detail)
+	}
+	if _, err := g.locker.Inspect(t.Context(), "stuck"); err != nil {
+		t.Errorf("the refused force release broke the lock: %v", err)
+	}
+}
+
+// downLister is a node that is down, listing included.
+type downLister struct{ lockcore.Node }
+
+func (downLister) ScanLocks(context.Context, string, string, int) ([]string, string, error) {
+	return nil, "", errDown
+}
+
+func (downLister) InspectLocks(context.Context, []string) ([]lockcore.NodeLock, error) {
+	return nil, errDown
+}
+
+var _ handlers.Lister = (*lockcore.Redlock)(nil)
+var _ handlers.ForceReleaser = (*lockcore.Redlock)(nil)

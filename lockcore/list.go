@@ -1,0 +1,334 @@
+package lockcore
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/bits"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Lister is implemented by nodes whose held locks can be listed. Listing is
+// an operator's tool: it reads, never changes, and works in bounded steps.
+type Lister interface {
+	// ScanLocks takes one bounded step of a walk over the locks this node
+	// holds on resources whose names start with prefix, examining about
+	// count entries. cursor is "" to start and the returned next to go on;
+	// next is "" once the walk is over. A lock held for the whole walk is
+	// returned at least once; one taken or released during it may or may
+	// not be. Taking the same step again (the same cursor) returns at least
+	// the names it returned before that are still held.
+	ScanLocks(ctx context.Context, prefix, cursor string, count int) (resources []string, next string, err error)
+	// InspectLocks reads several locks in one round trip: one NodeLock per
+	// resource, in the order given (Found false where nothing holds it).
+	InspectLocks(ctx context.Context, resources []string) ([]NodeLock, error)
+}
+
+// ForceReleaser is implemented by nodes that can break a lock whoever holds
+// it.
+type ForceReleaser interface {
+	// ForceRelease deletes the lock on resource whatever lease holds it
+	// (StatusOK, Token = the released lease's token) and announces the
+	// release to watchers exactly as Release does, in the same atomic step.
+	// StatusAbsent when nothing holds it. The fencing counter is left as it
+	// is, so the next holder's token is still higher than the broken one's.
+	ForceRelease(ctx context.Context, resource string) (NodeReply, error)
+}
+
+// ErrNotSupported means a node of this Redlock lacks an optional capability
+// (Lister, ForceReleaser) that the call needs.
+var ErrNotSupported = errors.New("lockcore: a node does not support this operation")
+
+// List bounds.
+const (
+	// DefaultListLimit is the page size of List when limit is 0.
+	DefaultListLimit = 100
+	// MaxListLimit is the largest page List returns.
+	MaxListLimit = 1000
+	// listScanCount is the COUNT hint of one node scan step.
+	listScanCount = 500
+	// listStepsPerPage bounds the scan steps one List call takes: with
+	// listScanCount, a page examines at most about 8,000 keys per
+	// scanned node before it returns, full or not, with a cursor.
+	listStepsPerPage = 16
+)
+
+// ListPage is one page of held locks.
+type ListPage struct {
+	// Locks are held by a quorum of nodes, each as Inspect reports it
+	// (never with its lease id).
+	Locks []LockInfo
+	// Next is the cursor of the next page, "" when the listing is over. A
+	// page may hold fewer than the limit asked for, even none, while Next
+	// is not "": only an empty Next ends a listing.
+	Next string
+}
+
+// listCursor is where a listing stands: scanning node Node from its own
+// cursor Scan, with the names up to After of that step already examined.
+// Skipped holds the nodes whose scan failed: a lock they hold is listed
+// through the next scanned node that holds it.
+type listCursor struct {
+	Prefix  string `json:"p"`
+	Node    int    `json:"n"`
+	Scan    string `json:"c,omitempty"`
+	After   string `json:"a,omitempty"`
+	Skipped uint64 `json:"s,omitempty"`
+}
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{0,200}$`)
+
+func (c listCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s, prefix string, nodes int) (listCursor, error) {
+	bad := &InvalidError{Field: "cursor", Reason: "is not a next_cursor of a listing with this prefix"}
+	if s == "" {
+		return listCursor{Prefix: prefix}, nil
+	}
+	if len(s) > 2048 {
+		return listCursor{}, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return listCursor{}, bad
+	}
+	var c listCursor
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || c.Prefix != prefix || c.Node < 0 || c.Node >= nodes ||
+		c.Skipped>>nodes != 0 || (c.After != "" && !ValidResource(c.After)) || len(c.Scan) > 200 {
+		return listCursor{}, bad
+	}
+	return c, nil
+}
+
+// List returns a page of the locks held on resources whose names start with
+// prefix ("" for all), at most limit of them (0: DefaultListLimit), from
+// where cursor ("" to start; a ListPage.Next to go on) left off.
+//
+// A lock is listed when a quorum of the nodes that answer hold it for the
+// same lease, as Inspect decides; its lease id never leaves lockcore. The
+// nodes are scanned one after another, only as many as needed for every
+// quorum to include one of them (N-quorum+1 when all answer); a lock is
+// listed at the first scanned node that holds it for that lease, so a lock
+// held for the whole listing appears on exactly one page, unless a node's
+// own scan returns it twice (Redis may, when it resizes its tables during
+// the walk). A lock taken or released during the listing may or may not
+// appear. A node whose scan fails is skipped (the next node is scanned in
+// its place) for the rest of the listing.
+//
+// Each call is bounded: at most listStepsPerPage scan steps on one node at a
+// time, each examining about listScanCount keys, and one InspectLocks per
+// node per step. Pages are not sorted across steps.
+//
+// Errors: *InvalidError (prefix, limit, cursor); ErrNotSupported when a node
+// is not a Lister; *QuorumError when too few nodes answer; or an error
+// matching ctx.Err().
+func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor string) (*ListPage, error) {
+	if !prefixPattern.MatchString(prefix) {
+		return nil, &InvalidError{Field: "prefix", Reason: "must be at most 200 characters of A-Z a-z 0-9 . _ - :"}
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return nil, &InvalidError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
+	}
+	listers := make([]Lister, len(r.nodes))
+	for i, n := range r.nodes {
+		l, ok := n.(Lister)
+		if !ok {
+			return nil, ErrNotSupported
+		}
+		listers[i] = l
+	}
+	c, err := decodeCursor(cursor, prefix, len(r.nodes))
+	if err != nil {
+		return nil, err
+	}
+	page := &ListPage{Locks: []LockInfo{}}
+	for steps := 0; steps < listStepsPerPage; steps++ {
+		// Every quorum includes one of the first N-quorum+1 nodes that
+		// were scanned: past them (and the skipped ones) the listing is
+		// over.
+		if c.Node > len(r.nodes)-r.quorum+bits.OnesCount64(c.Skipped) || c.Node >= len(r.nodes) {
+			return page, nil
+		}
+		sctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
+		names, next, err := listers[c.Node].ScanLocks(sctx, prefix, c.Scan, listScanCount)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, withCtx(ctx, &NodeError{Node: r.nodes[c.Node].String(), Err: err})
+			}
+			c = listCursor{Prefix: prefix, Node: c.Node + 1, Skipped: c.Skipped | 1<<c.Node}
+			if failed := bits.OnesCount64(c.Skipped); failed > len(r.nodes)-r.quorum {
+				// No quorum can agree on anything: the listing would be
+				// empty for want of nodes, not of locks.
+				r.opt.Observer.QuorumFailed("list")
+				return nil, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
+					Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}})
+			}
+			continue
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		names = slices.DeleteFunc(names, func(n string) bool { return n <= c.After || !ValidResource(n) })
+		// The step's names are examined in order; a full page stops
+		// within it, and the next page takes the same step again, past
+		// the last name examined.
+		room := limit - len(page.Locks)
+		examined := names
+		full := len(names) >= room
+		if full {
+			examined = names[:room]
+		}
+		infos, err := r.inspectMany(ctx, listers, examined, c)
+		if err != nil {
+			return nil, err
+		}
+		page.Locks = append(page.Locks, infos...)
+		if full && len(examined) > 0 {
+			c.After = examined[len(examined)-1]
+			if len(page.Locks) >= limit {
+				page.Next = c.encode()
+				return page, nil
+			}
+			continue // a page not filled by the names examined: take the step again past them
+		}
+		c.Scan, c.After = next, ""
+		if next == "" {
+			c.Node++
+			c.Scan = ""
+		}
+		if c.Node > len(r.nodes)-r.quorum+bits.OnesCount64(c.Skipped) || c.Node >= len(r.nodes) {
+			return page, nil
+		}
+	}
+	page.Next = c.encode()
+	return page, nil
+}
+
+// inspectMany reads names on every node and returns, in the order of names,
+// those held by a quorum for one lease and held by no earlier scanned node
+// than c.Node for that lease (those were listed there).
+func (r *Redlock) inspectMany(ctx context.Context, listers []Lister, names []string, c listCursor) ([]LockInfo, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	start := r.opt.Clock.Now()
+	views := make([][]NodeLock, len(r.nodes))
+	results := r.fanout(ctx, func(ctx context.Context, i int, _ Node) (NodeReply, error) {
+		v, err := listers[i].InspectLocks(ctx, names)
+		if err == nil && len(v) != len(names) {
+			err = fmt.Errorf("lockcore: %d locks read for %d names", len(v), len(names))
+		}
+		views[i] = v
+		return NodeReply{}, err
+	})
+	var causes []error
+	for _, res := range results {
+		if res.err != nil {
+			causes = append(causes, res.err)
+			views[res.i] = nil
+		}
+	}
+	if answered := len(r.nodes) - len(causes); answered < r.quorum {
+		r.opt.Observer.QuorumFailed("list")
+		return nil, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: answered, Causes: causes})
+	}
+	now := r.opt.Clock.Now()
+	var out []LockInfo
+	for k, name := range names {
+		byLease := map[string][]int{}
+		for i, v := range views {
+			if v != nil && v[k].Found {
+				byLease[v[k].Lease] = append(byLease[v[k].Lease], i)
+			}
+		}
+		for _, held := range byLease {
+			if len(held) < r.quorum {
+				continue
+			}
+			first := -1
+			for _, i := range held {
+				if c.Skipped&(1<<i) == 0 {
+					first = i
+					break
+				}
+			}
+			if first != c.Node {
+				break // listed (or to be listed) through another node
+			}
+			locks := make([]NodeLock, len(held))
+			for j, i := range held {
+				locks[j] = views[i][k]
+			}
+			out = append(out, r.lockInfo(name, locks, now.Sub(start), now))
+			break
+		}
+	}
+	return out, nil
+}
+
+// lockInfo describes a lock from the copies of the quorum that holds it, as
+// Inspect does: the quorum-th longest remaining TTL less the time spent and
+// the drift allowance.
+func (r *Redlock) lockInfo(resource string, held []NodeLock, spent time.Duration, now time.Time) LockInfo {
+	slices.SortFunc(held, func(a, b NodeLock) int { return cmp.Compare(b.Remaining, a.Remaining) })
+	info := LockInfo{Resource: resource}
+	for _, l := range held {
+		info.Token = max(info.Token, l.Token)
+		info.TTL = max(info.TTL, l.TTL)
+		if info.Owner == "" {
+			info.Owner = l.Owner
+		}
+	}
+	info.Remaining = max(0, held[r.quorum-1].Remaining-spent-r.drift(info.TTL))
+	info.Expires = now.Add(info.Remaining)
+	return info
+}
+
+// ForceRelease deletes the lock on resource on every node, whatever lease
+// holds it, announces the release to this replica's waiters as Release does,
+// and returns the broken lock's fencing token (the highest a node released).
+// The fencing counters are left as they are: the next holder's token is
+// higher. It is an operator's tool to break a stuck lock; the broken
+// holder's lease is not told, and its writes are stopped only by fencing.
+//
+// Errors: *InvalidError; ErrNotHeld when no node held the lock;
+// ErrNotSupported when a node is not a ForceReleaser; *QuorumError
+// (ErrNoQuorum) when too few nodes answered to be sure no quorum holds it
+// any longer (retrying is safe); or an error matching ctx.Err().
+func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, error) {
+	if err := r.checkResource(resource); err != nil {
+		return 0, err
+	}
+	for _, n := range r.nodes {
+		if _, ok := n.(ForceReleaser); !ok {
+			return 0, ErrNotSupported
+		}
+	}
+	results := r.fanout(ctx, func(ctx context.Context, i int, _ Node) (NodeReply, error) {
+		return r.nodes[i].(ForceReleaser).ForceRelease(ctx, resource)
+	})
+	t := count(results, StatusOK)
+	r.waits.announce(resource, released(results))
+	if t.answered() < r.quorum {
+		r.opt.Observer.QuorumFailed("force")
+		return 0, withCtx(ctx, &QuorumError{Op: "force", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
+	}
+	if t.ok == 0 {
+		return 0, ErrNotHeld
+	}
+	return t.maxToken, nil
+}
