@@ -211,6 +211,12 @@ type result struct {
 	CmdsExec    float64
 	Throughput  float64 // InWindowOK per second
 	FailSamples []string
+
+	// The samples behind the figures, for pooling several windows
+	// (throughput_test.go): acquire latencies, idle times, and the changes
+	// of hands over the acquisitions that had a predecessor.
+	waits, idle      []time.Duration
+	changes, counted int
 }
 
 // cluster is the three redis-server processes every case runs on.
@@ -456,6 +462,7 @@ func analyse(peerName string, contenders int, win time.Duration, start, end time
 		r.ChangePct = 100 * float64(changes) / float64(counted)
 	}
 	r.Handoffs = len(handoffs)
+	r.waits, r.idle, r.changes, r.counted = waits, idle, changes, counted
 	r.AcqP50, r.AcqP99, r.AcqMax = pct(waits, 50), pct(waits, 99), pct(waits, 100)
 	if len(waits) > 0 {
 		var sum time.Duration
