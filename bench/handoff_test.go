@@ -21,10 +21,8 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockgate/lockgate/handlers"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
-	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -504,37 +502,14 @@ type lockgatePeer struct {
 }
 
 // newLockgate starts the gateway over the cluster's three servers, or over
-// the embedded in-memory store when embedded is set.
+// the embedded in-memory store when embedded is set, and waits until it is
+// ready (newLockgateOn in throughput_test.go).
 func newLockgate(tb testing.TB, c *cluster, embedded bool) *lockgatePeer {
 	tb.Helper()
-	p := &lockgatePeer{}
-	var nodes []lockcore.Node
 	if embedded {
-		nodes = append(nodes, memnode.New(&memnode.Options{Name: "embedded"}))
+		return newLockgateOn(tb, nil, true)
 	}
-	for _, s := range c.srvs {
-		if embedded {
-			break
-		}
-		n, err := redisnode.New(s.URL())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p.nodes = append(p.nodes, n)
-		nodes = append(nodes, n)
-	}
-	locker, err := lockcore.New(nodes, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h, err := handlers.New(locker, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.locker = locker
-	p.srv = httptest.NewServer(h)
-	p.url = p.srv.URL + "/locks/" + resource
-	return p
+	return newLockgateOn(tb, c.srvs, false)
 }
 
 func (p *lockgatePeer) close() {
