@@ -18,4 +18,21 @@
 // instead of 1 ms on the clock (handoff_test.go says why the default is not
 // time.Sleep), and LOCKGATE_BENCH_HOLD=spin with 1 ms on the clock that never
 // yields the processor.
+//
+// TestThroughput (throughput_test.go, etcd_test.go) compares uncontended
+// throughput (C = 1, 16, 64, each worker on its own resource), contended
+// acquisition (C = 16, 64 on one resource, the hand-off bench's cases) and
+// the memory of 100,000 held locks for lockgate over HTTP on three Redis
+// nodes, on one and on the embedded store, redsync on the three nodes,
+// bsm/redislock on one, and etcd's /v3/lock JSON API on one etcd member
+// (started when the etcd binary is installed; its rows say "not installed"
+// otherwise). It interleaves the targets in LOCKGATE_BENCH_ROUNDS rounds
+// (default 3) and prints the tables and ratios of BENCHMARKS.md's
+// throughput section:
+//
+//	cd bench && LOCKGATE_BENCH_THROUGHPUT=1 go test -run TestThroughput -v -count=1 -timeout 40m
+//
+// LOCKGATE_BENCH_HELD (default 100000) is the number of locks held in the
+// memory scenario, LOCKGATE_BENCH_TARGETS (comma-separated) a subset of
+// the targets, and LOCKGATE_BENCH_ETCD_ARGS extra etcd arguments.
 package bench

@@ -3,6 +3,7 @@ module github.com/lockgate/lockgate/bench
 go 1.26.8
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/lockgate/lockgate v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -21,10 +21,8 @@ import (
 	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockgate/lockgate/handlers"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
-	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -211,6 +209,12 @@ type result struct {
 	CmdsExec    float64
 	Throughput  float64 // InWindowOK per second
 	FailSamples []string
+
+	// The samples behind the figures, for pooling several windows
+	// (throughput_test.go): acquire latencies, idle times, and the changes
+	// of hands over the acquisitions that had a predecessor.
+	waits, idle      []time.Duration
+	changes, counted int
 }
 
 // cluster is the three redis-server processes every case runs on.
@@ -456,6 +460,7 @@ func analyse(peerName string, contenders int, win time.Duration, start, end time
 		r.ChangePct = 100 * float64(changes) / float64(counted)
 	}
 	r.Handoffs = len(handoffs)
+	r.waits, r.idle, r.changes, r.counted = waits, idle, changes, counted
 	r.AcqP50, r.AcqP99, r.AcqMax = pct(waits, 50), pct(waits, 99), pct(waits, 100)
 	if len(waits) > 0 {
 		var sum time.Duration
@@ -497,37 +502,14 @@ type lockgatePeer struct {
 }
 
 // newLockgate starts the gateway over the cluster's three servers, or over
-// the embedded in-memory store when embedded is set.
+// the embedded in-memory store when embedded is set, and waits until it is
+// ready (newLockgateOn in throughput_test.go).
 func newLockgate(tb testing.TB, c *cluster, embedded bool) *lockgatePeer {
 	tb.Helper()
-	p := &lockgatePeer{}
-	var nodes []lockcore.Node
 	if embedded {
-		nodes = append(nodes, memnode.New(&memnode.Options{Name: "embedded"}))
+		return newLockgateOn(tb, nil, true)
 	}
-	for _, s := range c.srvs {
-		if embedded {
-			break
-		}
-		n, err := redisnode.New(s.URL())
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p.nodes = append(p.nodes, n)
-		nodes = append(nodes, n)
-	}
-	locker, err := lockcore.New(nodes, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h, err := handlers.New(locker, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.locker = locker
-	p.srv = httptest.NewServer(h)
-	p.url = p.srv.URL + "/locks/" + resource
-	return p
+	return newLockgateOn(tb, c.srvs, false)
 }
 
 func (p *lockgatePeer) close() {

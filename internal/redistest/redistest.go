@@ -198,6 +198,17 @@ func (s *Server) RestartEmpty() {
 	s.Restart()
 }
 
+// Pid is the process id of the running (or paused) redis-server, or 0 when
+// it is not running. Benchmarks read its CPU time from /proc/<pid>/stat.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Running reports whether the process is running (paused counts as running).
 func (s *Server) Running() bool {
 	s.mu.Lock()

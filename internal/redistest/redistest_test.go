@@ -3,6 +3,8 @@ package redistest
 import (
 	"bufio"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +82,26 @@ func TestRestartKeepsDataRestartEmptyLosesIt(t *testing.T) {
 	s.Restart()
 	if got := do(t, s.Addr(), "DBSIZE"); got != ":1" {
 		t.Fatalf("the AOF written after RestartEmpty did not survive a Restart: DBSIZE = %q", got)
+	}
+}
+
+func TestPidIsTheServersProcess(t *testing.T) {
+	s := Start(t, nil)
+	pid := s.Pid()
+	if pid <= 0 {
+		t.Fatalf("Pid() = %d for a running server", pid)
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		t.Skipf("no /proc on this system: %v", err)
+	}
+	// redis-server rewrites its title to "redis-server 127.0.0.1:<port>".
+	title := strings.TrimRight(string(cmdline), "\x00")
+	if !strings.Contains(title, "redis-server") || !strings.HasSuffix(title, ":"+strconv.Itoa(s.port)) {
+		t.Fatalf("process %d is %q, not the redis-server on port %d", pid, title, s.port)
+	}
+	s.Kill()
+	if got := s.Pid(); got != 0 {
+		t.Fatalf("Pid() = %d after Kill, want 0", got)
 	}
 }
