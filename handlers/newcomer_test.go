@@ -168,7 +168,7 @@ func TestNoQuorumWordingCountsNodesInGoodEnglish(t *testing.T) {
 			t.Errorf("%d nodes: detail %q, want %q", len(tc.nodes), p.Detail, tc.want)
 		}
 		err := g.locker.Ready(context.Background())
-		wantErr := map[int]string{1: "lockcore: ping: 0 of the 1 node needed answered", 3: "lockcore: ping: 1 of the 2 nodes needed answered"}[len(tc.nodes)]
+		wantErr := map[int]string{1: "lockcore: check: 0 of the 1 node needed answered", 3: "lockcore: check: 1 of the 2 nodes needed answered"}[len(tc.nodes)]
 		if err == nil || !strings.HasPrefix(err.Error(), wantErr+": ") {
 			t.Errorf("%d nodes: error %v, want it to start %q", len(tc.nodes), err, wantErr)
 		}
