@@ -266,11 +266,13 @@ type Gap struct {
 }
 
 // CheckC4 reports a fault after whose heal no acquire sent after the heal
-// succeeded within bound (the TTL plus the retry bound). It also measures,
-// per fault, the longest stretch without a successful acquire. Faults that
-// healed less than bound before runEnd, or after which no acquire was sent
-// within bound, are not judged.
-func CheckC4(events []Event, faults []Fault, bound, runEnd time.Duration) (v []Violation, gaps []Gap) {
+// succeeded within bound (the TTL plus the retry bound), or within
+// lossBound after a fault in which a node lost its data (such a node is
+// quarantined for the largest TTL before it counts again, by design). It
+// also measures, per fault, the longest stretch without a successful
+// acquire. Faults that healed less than their bound before runEnd, or after
+// which no acquire was sent within it, are not judged.
+func CheckC4(events []Event, faults []Fault, bound, lossBound, runEnd time.Duration) (v []Violation, gaps []Gap) {
 	var oks []Event
 	for _, e := range events {
 		if e.Op == OpAcquire && e.Outcome == Ok {
@@ -308,6 +310,10 @@ func CheckC4(events []Event, faults []Fault, bound, runEnd time.Duration) (v []V
 		}
 		g.Longest = max(g.Longest, stop-prev)
 		gaps = append(gaps, g)
+		bound := bound
+		if f.DataLoss {
+			bound = lossBound
+		}
 		if f.End+bound > runEnd || !attempted(events, f.End, f.End+bound) {
 			continue
 		}

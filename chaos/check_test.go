@@ -178,7 +178,7 @@ func TestCheckC4(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			v, gaps := CheckC4(tc.events, []Fault{fault}, ms(3000), ms(10000))
+			v, gaps := CheckC4(tc.events, []Fault{fault}, ms(3000), ms(3000), ms(10000))
 			wantViolations(t, v, tc.want, "C4")
 			if len(gaps) != 1 || gaps[0].Recovery != tc.recovery || gaps[0].Longest != tc.longest {
 				t.Errorf("gaps %+v, want recovery %v longest %v", gaps, tc.recovery, tc.longest)
@@ -186,8 +186,17 @@ func TestCheckC4(t *testing.T) {
 		})
 	}
 	t.Run("a fault that healed too close to the end is not judged", func(t *testing.T) {
-		v, _ := CheckC4(nil, []Fault{fault}, ms(3000), ms(4000))
+		v, _ := CheckC4(nil, []Fault{fault}, ms(3000), ms(3000), ms(4000))
 		wantViolations(t, v, 0, "C4")
+	})
+	t.Run("after a data loss the quarantine is allowed, and no more", func(t *testing.T) {
+		loss := fault
+		loss.DataLoss = true
+		late := []Event{acq("a", "L1", 1, 900, 950, 1000), refused(2500), acq("b", "L2", 1, 5500, 5600, 1000)}
+		v, _ := CheckC4(late, []Fault{loss}, ms(3000), ms(6000), ms(10000))
+		wantViolations(t, v, 0, "C4")
+		v, _ = CheckC4(late, []Fault{loss}, ms(3000), ms(3500), ms(10000))
+		wantViolations(t, v, 1, "C4")
 	})
 }
 

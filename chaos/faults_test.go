@@ -19,6 +19,11 @@ const (
 	// bound is C4's limit: the TTL plus the retry bound (a client that
 	// retries for two seconds after a heal).
 	bound = ttl + 2*time.Second
+	// lossBound is C4's limit after a fault in which a node lost its data:
+	// that node is quarantined for the gateways' largest TTL (-max-ttl 2s)
+	// plus its drift allowance and a node timeout, and the gateways check it
+	// once a second, before it counts again; then bound as above.
+	lossBound = bound + 2*time.Second + 100*time.Millisecond + time.Second
 	// settle widens each fault window for C1: a grant made by nodes that
 	// were faulty can outlive the fault by the largest TTL (2s), twice over.
 	settle = 4 * time.Second
@@ -83,7 +88,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 	t.Logf("profile %s, seed %d (rerun with LOCKGATE_CHAOS_SEED=%d), protection off: %v", p.name, seed, seed, p.unsafe)
 	cl := startCluster(t, p.unsafe)
 	s := &Summary{Profile: p.name, Seed: seed, Started: time.Now(), Clients: p.clients, Nodes: len(cl.nodes),
-		Gateways: len(cl.gws), TTL: ttl, Bound: bound, Unsafe: p.unsafe}
+		Gateways: len(cl.gws), TTL: ttl, Bound: bound, LossBound: lossBound, Unsafe: p.unsafe}
 	s.MemBefore = cl.memory(t)
 
 	rec := NewRecorder()
@@ -136,7 +141,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 	s.C1, s.C1Excused = CheckC1(s.Events, s.Faults, settle)
 	s.C2 = CheckC2(s.Events)
 	s.C3, s.Refused = CheckC3(s.Events, w.reg.Log(), w.reg.Finals(context.Background()))
-	s.C4, s.Gaps = CheckC4(s.Events, s.Faults, bound, s.Duration)
+	s.C4, s.Gaps = CheckC4(s.Events, s.Faults, bound, lossBound, s.Duration)
 	s.C5 = CheckC5(s.Events)
 	s.Answers = CheckAnswers(s.Events, s.Faults)
 	s.MaxFaultyNodes = MaxFaulty(s.Faults, healGap-100*time.Millisecond)

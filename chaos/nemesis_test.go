@@ -244,7 +244,7 @@ func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
 func (n *nemesis) episodeLiveHolder(ctx context.Context) {
 	res := fmt.Sprintf("live-holder-%d", n.rounds)
 	rng := rand.New(rand.NewPCG(uint64(n.rounds), 11))
-	ep := Fault{Kind: kindLiveHolder, Target: res, Start: n.now()}
+	ep := Fault{Kind: kindLiveHolder, Target: res, Start: n.now(), DataLoss: true}
 	body := fmt.Sprintf(`{"ttl_ms":%d}`, n.ttl.Milliseconds())
 	lease := n.w.newLease(-1, rng)
 	a := n.w.call(ctx, -1, 0, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":500}`, n.ttl.Milliseconds()))

@@ -25,6 +25,7 @@ type Summary struct {
 	Gateways  int
 	TTL       time.Duration
 	Bound     time.Duration // C4: TTL plus the retry bound
+	LossBound time.Duration // C4 after a fault with data loss: plus the quarantine
 	Unsafe    bool          // the data-loss protection was switched off
 	Events    []Event
 	Faults    []Fault
@@ -148,7 +149,7 @@ func (s *Summary) Markdown() string {
 	p("| C1 | no overlapping grants of a resource in fault-free windows | %s (%d overlaps inside fault windows, reported, not judged) |\n", verdict(s.C1), s.C1Excused)
 	p("| C2 | tokens unique per resource; a grant begun after another ended has a higher token | %s |\n", verdict(s.C2))
 	p("| C3 | the fenced register never admitted a lower token after a higher one, nor one token for two leases, and lost no acknowledged write | %s |\n", verdict(s.C3))
-	p("| C4 | after a fault heals, an acquire succeeds within %v (TTL plus the retry bound) | %s |\n", s.Bound, verdict(s.C4))
+	p("| C4 | after a fault heals, an acquire succeeds within %v (TTL plus the retry bound), or %v after a node lost its data (plus its quarantine) | %s |\n", s.Bound, s.LossBound, verdict(s.C4))
 	p("| C5 | a stale or foreign lease never extended or released another's lock | %s |\n", verdict(s.C5))
 	p("| A | answers stay true: a lease's first grant answers 201, a holder's release in time is not 404 | %s |\n\n", verdict(s.Answers))
 	for _, vs := range [][]Violation{s.C1, s.C2, s.C3, s.C4, s.C5, s.Answers} {

@@ -20,7 +20,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		Nodes: 5, Gateways: 3, TTL: time.Second, Bound: 3 * time.Second, Events: events, Faults: faults,
 		C2: CheckC2(events), Refused: 1, MemBefore: []NodeMemory{{Keys: 0, UsedMemory: 1000}},
 		MemAfter: []NodeMemory{{Keys: 7, UsedMemory: 2000}}, MaxFaultyNodes: 1, WipedNodes: []int{0}}
-	_, s.Gaps = CheckC4(events, faults, s.Bound, s.Duration)
+	_, s.Gaps = CheckC4(events, faults, s.Bound, s.Bound, s.Duration)
 	s.Unprotected = &Summary{Seed: 7, C2: s.C2}
 	md := s.Markdown()
 	for _, want := range []string{

@@ -57,6 +57,7 @@ type guard struct {
 
 	mu     sync.Mutex
 	states []NodeState // per node, as last reported
+	wake   *time.Timer // a pass when the earliest quarantine ends
 }
 
 func newGuard(r *Redlock) *guard {
@@ -114,6 +115,11 @@ func (g *guard) close() {
 	if g.started.Load() {
 		<-g.done
 	}
+	g.mu.Lock()
+	if g.wake != nil {
+		g.wake.Stop()
+	}
+	g.mu.Unlock()
 }
 
 func (g *guard) loop() {
@@ -177,6 +183,7 @@ func (g *guard) pass(ctx context.Context) {
 		g.bootstrap(ctx, res)
 		return
 	}
+	next := time.Duration(-1) // until the earliest quarantine still running ends
 	for i, c := range res {
 		if c.err != nil {
 			continue
@@ -184,10 +191,37 @@ func (g *guard) pass(ctx context.Context) {
 		switch h := c.h; {
 		case h.Lost || !h.Initialized:
 			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
+			next = pick(next, g.r.quarantine())
 		case h.Quarantined && h.QuarantinedFor >= g.r.quarantine():
 			g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res) })
+		case h.Quarantined:
+			next = pick(next, g.r.quarantine()-h.QuarantinedFor)
 		}
 	}
+	if next >= 0 {
+		g.wakeIn(next)
+	}
+}
+
+// pick returns the shorter of d and e, where a negative d means none yet.
+func pick(d, e time.Duration) time.Duration {
+	if d < 0 {
+		return e
+	}
+	return min(d, e)
+}
+
+// wakeIn asks for a pass in d (plus a little, so the node's own clock has
+// passed the quarantine too), instead of up to CheckInterval later: a
+// repaired node serves as soon as its quarantine allows.
+func (g *guard) wakeIn(d time.Duration) {
+	d += 10 * time.Millisecond
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.wake != nil {
+		g.wake.Stop()
+	}
+	g.wake = time.AfterFunc(d, g.poke)
 }
 
 // fresh reports whether the nodes form a new cluster: none of those that
