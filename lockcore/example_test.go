@@ -158,7 +158,7 @@ func ExampleRedlock_Inspect() {
 
 	lease, _ := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "shard-7", TTL: 20 * time.Second, Owner: "rebalancer"})
 	// One node loses the lock (say it restarted empty): still held.
-	_, _ = nodes[2].Release(ctx, "shard-7", lease.ID)
+	_, _ = nodes[2].Release(ctx, "shard-7", lease.ID, 0)
 	info, err := rl.Inspect(ctx, "shard-7")
 	fmt.Println(info.Owner, info.Token, info.TTL, info.Remaining, err)
 

@@ -35,15 +35,20 @@ type Node interface {
 	// NodeAcquire.Replica).
 	Acquire(ctx context.Context, req NodeAcquire) (NodeReply, error)
 	// Extend resets the TTL if lease holds the lock (StatusOK); ttl 0 means
-	// the TTL the lock was last set with. StatusTaken or StatusAbsent
-	// otherwise, changing nothing.
-	Extend(ctx context.Context, resource, lease string, ttl time.Duration) (NodeReply, error)
+	// the TTL the lock was last set with. StatusAbsent, StatusMismatch or
+	// StatusTaken otherwise, changing nothing.
+	//
+	// ifToken non-zero is a precondition checked in the same atomic step:
+	// when the lock is held (by any lease) with another token, the answer
+	// is StatusMismatch with Token = the lock's token. A free lock is
+	// StatusAbsent whatever ifToken. 0 checks nothing.
+	Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (NodeReply, error)
 	// Release deletes the lock if lease holds it (StatusOK, Token = the
 	// lease's token, Wanted as recorded with the lock) and, if the node is
 	// a Watcher, announces the release to the resource's watchers in the
-	// same atomic step. StatusTaken or StatusAbsent otherwise, changing and
-	// announcing nothing.
-	Release(ctx context.Context, resource, lease string) (NodeReply, error)
+	// same atomic step. StatusAbsent, StatusMismatch (ifToken as for
+	// Extend) or StatusTaken otherwise, changing and announcing nothing.
+	Release(ctx context.Context, resource, lease string, ifToken int64) (NodeReply, error)
 	// RaiseFence sets the fencing counter to token if it is lower, and sets
 	// the token stored with the lock to token if lease holds it with a lower
 	// one. It never lowers anything.
@@ -89,7 +94,8 @@ type Watcher interface {
 // instead of a release, a wake-up and a new acquisition.
 type HandOffer interface {
 	// HandOff releases the lock on next.Resource if lease holds it, exactly
-	// as Release does (released: StatusOK, StatusTaken or StatusAbsent), and
+	// as Release does, ifToken included (released: StatusOK, StatusAbsent,
+	// StatusMismatch or StatusTaken; only StatusOK grants anything), and
 	// then, in the same atomic step, grants the lock to next exactly as
 	// Acquire would grant a free lock (granted: StatusGranted, with the
 	// counter incremented and Token its new value) when the hand-off is
@@ -104,7 +110,7 @@ type HandOffer interface {
 	// release is announced to watchers as Release announces it. A hand-off
 	// itself is not announced: the lock was never free. released.Wanted is
 	// set as Release sets it.
-	HandOff(ctx context.Context, lease string, next NodeAcquire) (released, granted NodeReply, err error)
+	HandOff(ctx context.Context, lease string, ifToken int64, next NodeAcquire) (released, granted NodeReply, err error)
 }
 
 // NodeHealth is what Check found.
@@ -159,9 +165,12 @@ const (
 	StatusOK
 	// StatusAbsent: nothing holds the lock.
 	StatusAbsent
+	// StatusMismatch: the lock is held with another token than the one the
+	// extend or release expected (If-Match); nothing changed.
+	StatusMismatch
 )
 
-var statusNames = [...]string{"taken", "granted", "reentered", "ok", "absent"}
+var statusNames = [...]string{"taken", "granted", "reentered", "ok", "absent", "mismatch"}
 
 func (s NodeStatus) String() string {
 	if int(s) < len(statusNames) {
@@ -173,7 +182,8 @@ func (s NodeStatus) String() string {
 // NodeReply is a node's answer to Acquire, Extend or Release.
 type NodeReply struct {
 	Status NodeStatus
-	// Token is the node's token for the lease (Granted, Reentered, OK).
+	// Token is the node's token for the lease (Granted, Reentered, OK), or
+	// the token the lock is held with (Mismatch).
 	Token int64
 	// PTTL is the holder's remaining TTL (Taken).
 	PTTL time.Duration

@@ -92,24 +92,24 @@ func (n observedNode) Acquire(ctx context.Context, req NodeAcquire) (NodeReply, 
 	return rep, err
 }
 
-func (n observedNode) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (NodeReply, error) {
+func (n observedNode) Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (NodeReply, error) {
 	start := time.Now()
-	rep, err := n.Node.Extend(ctx, resource, lease, ttl)
+	rep, err := n.Node.Extend(ctx, resource, lease, ttl, ifToken)
 	n.done("extend", start, err)
 	return rep, err
 }
 
-func (n observedNode) Release(ctx context.Context, resource, lease string) (NodeReply, error) {
+func (n observedNode) Release(ctx context.Context, resource, lease string, ifToken int64) (NodeReply, error) {
 	start := time.Now()
-	rep, err := n.Node.Release(ctx, resource, lease)
+	rep, err := n.Node.Release(ctx, resource, lease, ifToken)
 	n.done("release", start, err)
 	return rep, err
 }
 
 // HandOff is called only when the observed node is a HandOffer.
-func (n observedNode) HandOff(ctx context.Context, lease string, next NodeAcquire) (NodeReply, NodeReply, error) {
+func (n observedNode) HandOff(ctx context.Context, lease string, ifToken int64, next NodeAcquire) (NodeReply, NodeReply, error) {
 	start := time.Now()
-	rel, got, err := n.Node.(HandOffer).HandOff(ctx, lease, next)
+	rel, got, err := n.Node.(HandOffer).HandOff(ctx, lease, ifToken, next)
 	n.done("handoff", start, err)
 	return rel, got, err
 }

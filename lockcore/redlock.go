@@ -212,14 +212,20 @@ type ExtendRequest struct {
 	Resource string
 	LeaseID  string
 	TTL      time.Duration // 0: the TTL the lock was last set with
-	IfToken  int64         // non-zero: fail with ErrTokenMismatch unless the holder's token is this
+	// IfToken non-zero: fail with ErrTokenMismatch, changing nothing, unless
+	// the lock's token is this; checked by each node in the same step as the
+	// extend (see Redlock.Extend).
+	IfToken int64
 }
 
 // ReleaseRequest releases a held lock.
 type ReleaseRequest struct {
 	Resource string
 	LeaseID  string
-	IfToken  int64 // non-zero: fail with ErrTokenMismatch unless the holder's token is this
+	// IfToken non-zero: fail with ErrTokenMismatch, changing nothing, unless
+	// the lock's token is this; checked by each node in the same step as the
+	// release or hand-off (see Redlock.Release).
+	IfToken int64
 }
 
 // LockInfo describes who holds a lock, without the lease id.
@@ -366,9 +372,9 @@ func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int
 
 // tally counts node results by outcome.
 type tally struct {
-	ok, taken, absent int
-	maxToken          int64
-	causes            []error
+	ok, taken, absent, mismatch int
+	maxToken                    int64
+	causes                      []error
 	// busy holds, per node that answered, how long until another lease's
 	// lock there expires (0 where no other lease holds it).
 	busy []time.Duration
@@ -387,6 +393,8 @@ func count(results []nodeResult, okStatus ...NodeStatus) tally {
 			t.taken++
 			t.busy = append(t.busy, max(0, res.reply.PTTL))
 			continue
+		case res.reply.Status == StatusMismatch:
+			t.mismatch++
 		default:
 			t.absent++
 		}
@@ -409,7 +417,7 @@ func (t tally) freeIn(quorum int) time.Duration {
 	return b[quorum-1]
 }
 
-func (t tally) answered() int { return t.ok + t.taken + t.absent }
+func (t tally) answered() int { return t.ok + t.taken + t.absent + t.mismatch }
 
 // tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
 // The first round of a request records whether the lease may have held the
@@ -586,7 +594,7 @@ func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results [
 		if !undo[i] {
 			return NodeReply{Status: StatusAbsent}, nil
 		}
-		return n.Release(ctx, req.Resource, req.LeaseID)
+		return n.Release(ctx, req.Resource, req.LeaseID, 0)
 	})
 	r.waits.announce(req.Resource, released(results))
 	if req.minted {
@@ -625,7 +633,7 @@ func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Durat
 			if !again[i] {
 				return NodeReply{Status: StatusAbsent}, nil
 			}
-			return n.Release(ctx, resource, lease)
+			return n.Release(ctx, resource, lease, 0)
 		})
 		for i, res := range results {
 			again[i] = again[i] && res.err != nil
@@ -645,7 +653,10 @@ func released(results []nodeResult) uint64 {
 	return mask
 }
 
-// Extend resets a held lock's TTL on a majority of nodes.
+// Extend resets a held lock's TTL on a majority of nodes. With IfToken, each
+// node extends only if the lock's token there is IfToken, in the same atomic
+// step (no separate read first); nodes that disagree with a quorum that
+// matched are extended as without IfToken (see checked).
 //
 // Errors: *InvalidError; ErrTokenMismatch; ErrNotHeld; *HeldByOtherError
 // (ErrHeldByOther); *QuorumError (ErrNoQuorum); or an error matching
@@ -662,13 +673,10 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 			return nil, err
 		}
 	}
-	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
-		return nil, err
-	}
 	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
-	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
-		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL)
+	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
+		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL, ifToken)
 	})
 	t := count(results, StatusOK)
 	if err := r.verdict("extend", req.Resource, t); err != nil {
@@ -699,7 +707,9 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 // when one waits, it passes the lock straight to it instead, if the nodes
 // allow it (see HandOffer): the next holder then needs no acquire round of
 // its own. A lock that a waiter on another replica was refused is not passed
-// on, and this replica's waiters let the other replica's try first.
+// on, and this replica's waiters let the other replica's try first. IfToken
+// is checked by each node in the same atomic step as the release or
+// hand-off, as Extend checks it; a refused release hands nothing on.
 //
 // Errors: *InvalidError; ErrTokenMismatch; ErrNotHeld; *HeldByOtherError
 // (ErrHeldByOther); *QuorumError (ErrNoQuorum) when too few nodes answered
@@ -712,16 +722,13 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	if err := checkLease(req.LeaseID); err != nil {
 		return err
 	}
-	if err := r.checkIfToken(ctx, req.Resource, req.IfToken); err != nil {
-		return err
-	}
 	if r.handOff {
 		if next := r.waits.claim(req.Resource, req.LeaseID); next != nil {
 			return r.handOffTo(ctx, req, next)
 		}
 	}
-	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
-		return n.Release(ctx, req.Resource, req.LeaseID)
+	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
+		return n.Release(ctx, req.Resource, req.LeaseID, ifToken)
 	})
 	t := count(results, StatusOK)
 	if wanted(results) {
@@ -763,8 +770,8 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(next.req)
 	grants := make([]nodeResult, len(r.nodes))
-	results := r.fanout(hctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
-		rel, got, err := n.(HandOffer).HandOff(ctx, req.LeaseID, na)
+	results := r.checked(hctx, req.IfToken, func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error) {
+		rel, got, err := n.(HandOffer).HandOff(ctx, req.LeaseID, ifToken, na)
 		grants[i].reply = got
 		return rel, err
 	})
@@ -795,6 +802,47 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	return nil
 }
 
+// checked fans call out to every node with ifToken, the token an Extend or
+// Release expects (If-Match, 0 for none), which each node checks in the
+// same atomic step as the operation (see Node.Extend).
+//
+// The nodes of a lock may disagree on its token for a while: a node that
+// missed the raise of a lease's token (see fence) stores a lower one until
+// catchUp raises it, and a node whose answer to the grant was lost may
+// store a higher one. The token a quorum holds is the lock's token. So
+// when ifToken is set and a quorum matched it, the nodes that answered
+// StatusMismatch are called again without the check (the lease id alone
+// decides there, as without If-Match), so that a genuine holder's extend
+// or release reaches them too. Mismatch answers that, with the matching
+// ones, make a quorum refuse the request (see verdict); fewer are judged
+// as if If-Match had not been given.
+//
+// A node whose stored token is lagging behind the quorum's acts on an
+// ifToken equal to that lower token while the others refuse it: the
+// request then fails with ErrTokenMismatch, but that minority's copy was
+// extended or released. Only a client that sends an older token of the
+// same lease (one it had before re-acquiring with the same lease id) sees
+// this, and the lock still stands on the quorum.
+func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error)) []nodeResult {
+	results := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
+	t := count(results, StatusOK)
+	if ifToken == 0 || t.ok < r.quorum || t.mismatch == 0 {
+		return results
+	}
+	again := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+		if res := results[i]; res.err != nil || res.reply.Status != StatusMismatch {
+			return NodeReply{}, nil // kept as it was
+		}
+		return call(ctx, i, n, 0)
+	})
+	for i, res := range results {
+		if res.err == nil && res.reply.Status == StatusMismatch {
+			results[i] = again[i]
+		}
+	}
+	return results
+}
+
 // verdict turns an extend or release tally into nil or the error to return.
 //
 // "Not held" and "held by other" are answered only when the lease cannot
@@ -802,6 +850,11 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 // (a node whose answer was lost, or one not yet checked after a restart,
 // may still have the lock) are fewer than a quorum. Otherwise the outcome
 // is unknown: a *QuorumError (503; retrying is safe).
+//
+// Nodes that found another token than If-Match refuse the request with
+// ErrTokenMismatch when, with those that matched, they make a quorum:
+// otherwise the lock is not held by a quorum at all, and the answer is what
+// it would be without If-Match.
 func (r *Redlock) verdict(op, resource string, t tally) error {
 	switch {
 	case t.ok >= r.quorum:
@@ -809,6 +862,8 @@ func (r *Redlock) verdict(op, resource string, t tally) error {
 	case t.answered() < r.quorum || t.ok+len(t.causes) >= r.quorum:
 		r.opt.Observer.QuorumFailed(op)
 		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
+	case t.mismatch > 0 && t.ok+t.mismatch >= r.quorum:
+		return ErrTokenMismatch
 	case t.taken > 0:
 		return &HeldByOtherError{Resource: resource, RetryAfter: t.freeIn(r.quorum)}
 	default:
@@ -835,20 +890,6 @@ func withCtx(ctx context.Context, err error) error {
 		return errors.Join(ctx.Err(), err)
 	}
 	return err
-}
-
-func (r *Redlock) checkIfToken(ctx context.Context, resource string, want int64) error {
-	if want == 0 {
-		return nil
-	}
-	info, err := r.Inspect(ctx, resource)
-	if err != nil {
-		return err
-	}
-	if info.Token != want {
-		return ErrTokenMismatch
-	}
-	return nil
 }
 
 // Inspect reports who holds the lock: the lease that holds it on a majority

@@ -464,7 +464,7 @@ func TestFencingTokensGrowUnderRandomMinorityFailures(t *testing.T) {
 				// Locks left on nodes that missed the release would block the
 				// next grant for the TTL; clear them as an expiry would.
 				for _, raw := range c.raw {
-					_, _ = raw.Release(ctx, "r", lease.ID)
+					_, _ = raw.Release(ctx, "r", lease.ID, 0)
 				}
 			}
 		})
@@ -978,5 +978,120 @@ func TestRetryAfterIsWhenAQuorumFreesUp(t *testing.T) {
 	}
 	if te.RetryAfter > 10*time.Second || te.RetryAfter < 9*time.Second {
 		t.Fatalf("RetryAfter = %v, want the holder's ~10s on the quorum, not the leftover's hour", te.RetryAfter)
+	}
+}
+
+func TestIfTokenIsCheckedByTheNodes(t *testing.T) {
+	ctx := context.Background()
+	// lagging makes nodes 0 and 1 hold res for leaseA with token 11 and
+	// node 2 with token 1, as a node that missed the raise of the lease's
+	// token would until catch-up: the quorum's token is 11.
+	lagging := func(t *testing.T, c *cluster, res string) {
+		t.Helper()
+		for i, raw := range c.raw {
+			if i < 2 {
+				if err := raw.RaiseFence(ctx, res, "", 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := raw.Acquire(ctx, lockcore.NodeAcquire{Resource: res, Lease: leaseA, TTL: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The check is one node call per node, in the node's own atomic step:
+	// no Inspect round before it.
+	obs := &opsObserver{}
+	c := newCluster(t, 3, &lockcore.Options{Observer: obs}, nil)
+
+	t.Run("a lagging minority does not refuse the holder, and is extended too", func(t *testing.T) {
+		lagging(t, c, "if-ext")
+		obs.take()
+		ext, err := c.rl.Extend(ctx, lockcore.ExtendRequest{Resource: "if-ext", LeaseID: leaseA, TTL: time.Minute, IfToken: 11})
+		if err != nil || ext.Token != 11 {
+			t.Fatalf("extend = %+v, %v; want token 11", ext, err)
+		}
+		if ops := obs.take(); ops["extend"] != 4 || ops["inspect"] != 0 {
+			t.Fatalf("node calls %v; want 3 checked extends and 1 unchecked for the lagging node, no inspect", ops)
+		}
+		for i, h := range c.holders(t, "if-ext") {
+			if h.Lease != leaseA || h.TTL != time.Minute {
+				t.Fatalf("node %d: %+v; want extended to 1m", i, h)
+			}
+		}
+	})
+
+	t.Run("the lagging node's token is not the lock's", func(t *testing.T) {
+		lagging(t, c, "if-low")
+		_, err := c.rl.Extend(ctx, lockcore.ExtendRequest{Resource: "if-low", LeaseID: leaseA, TTL: time.Minute, IfToken: 1})
+		if !errors.Is(err, lockcore.ErrTokenMismatch) {
+			t.Fatalf("err = %v, want ErrTokenMismatch", err)
+		}
+		// The quorum's copies are untouched; the lagging node, whose token
+		// the request named, acted on it (see Redlock.checked).
+		for i, h := range c.holders(t, "if-low") {
+			if want := []time.Duration{10 * time.Second, 10 * time.Second, time.Minute}[i]; h.Lease != leaseA || h.TTL != want {
+				t.Fatalf("node %d: %+v; want TTL %v", i, h, want)
+			}
+		}
+		if info, err := c.rl.Inspect(ctx, "if-low"); err != nil || info.Token != 11 || info.Remaining > 10*time.Second {
+			t.Fatalf("the quorum's lock changed: %+v, %v", info, err)
+		}
+	})
+
+	t.Run("a lagging minority does not refuse the holder's release, and is released too", func(t *testing.T) {
+		lagging(t, c, "if-rel")
+		obs.take()
+		if err := c.rl.Release(ctx, lockcore.ReleaseRequest{Resource: "if-rel", LeaseID: leaseA, IfToken: 11}); err != nil {
+			t.Fatal(err)
+		}
+		if ops := obs.take(); ops["release"] != 4 || ops["inspect"] != 0 {
+			t.Fatalf("node calls %v; want 3 checked releases and 1 unchecked for the lagging node, no inspect", ops)
+		}
+		c.assertFree(t, "if-rel")
+	})
+
+	t.Run("one node call each when every node matches", func(t *testing.T) {
+		l := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "if-one", LeaseID: leaseA, TTL: 10 * time.Second})
+		obs.take()
+		if _, err := c.rl.Extend(ctx, lockcore.ExtendRequest{Resource: "if-one", LeaseID: leaseA, IfToken: l.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.rl.Release(ctx, lockcore.ReleaseRequest{Resource: "if-one", LeaseID: leaseA, IfToken: l.Token}); err != nil {
+			t.Fatal(err)
+		}
+		if ops := obs.take(); ops["extend"] != 3 || ops["release"] != 3 || ops["inspect"] != 0 {
+			t.Fatalf("node calls %v, want 3 extends and 3 releases, no inspect", ops)
+		}
+	})
+}
+
+func TestAReleaseWithAWrongTokenHandsNothingOn(t *testing.T) {
+	obs := &opsObserver{}
+	c := newWaitCluster(t, memNodes, 3, &lockcore.Options{Observer: obs}, false)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "if-hand", TTL: holdTTL})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "if-hand", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
+	c.parked(t, 1)
+	obs.take()
+	err := c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "if-hand", LeaseID: holder.ID, IfToken: holder.Token + 1})
+	if !errors.Is(err, lockcore.ErrTokenMismatch) {
+		t.Fatalf("err = %v, want ErrTokenMismatch", err)
+	}
+	if ops := obs.take(); ops["handoff"] != 3 || ops["inspect"] != 0 || ops["release"] != 0 {
+		t.Fatalf("node calls %v, want 3 hand-offs only (the check is inside them)", ops)
+	}
+	for i, l := range c.holders(t, "if-hand") {
+		if l.Lease != holder.ID || l.Token != holder.Token {
+			t.Fatalf("node %d holds %+v; want the holder's lock untouched", i, l)
+		}
+	}
+	c.parked(t, 1) // the head is back asleep, not served
+	none(t, out)
+	if err := c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "if-hand", LeaseID: holder.ID, IfToken: holder.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, out, wakeBound); r.err != nil || r.lease.Token <= holder.Token {
+		t.Fatalf("waiter: %+v, %v; want the lock handed on", r.lease, r.err)
 	}
 }

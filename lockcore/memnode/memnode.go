@@ -135,7 +135,7 @@ func (n *Node) grant(req lockcore.NodeAcquire) lockcore.NodeReply {
 }
 
 // Extend implements lockcore.Node.
-func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (lockcore.NodeReply, error) {
 	if err := ctx.Err(); err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -147,6 +147,8 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 	switch e := n.live(resource); {
 	case e == nil:
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	case mismatch(e, ifToken):
+		return lockcore.NodeReply{Status: lockcore.StatusMismatch, Token: e.token}, nil
 	case e.lease == lease:
 		if ttl > 0 {
 			e.ttl = ttl
@@ -160,7 +162,7 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 
 // Release implements lockcore.Node. A release by the holder calls every
 // watch's notify on resource before it returns, under the node's lock.
-func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
+func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
 	if err := ctx.Err(); err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -172,6 +174,8 @@ func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.No
 	switch e := n.live(resource); {
 	case e == nil:
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	case mismatch(e, ifToken):
+		return lockcore.NodeReply{Status: lockcore.StatusMismatch, Token: e.token}, nil
 	case e.lease == lease:
 		delete(n.locks, resource)
 		n.announce(resource)
@@ -180,6 +184,9 @@ func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.No
 		return n.taken(e), nil
 	}
 }
+
+// mismatch reports whether ifToken is set and is not e's token.
+func mismatch(e *entry, ifToken int64) bool { return ifToken != 0 && e.token != ifToken }
 
 // announce calls every watch's notify on resource. n.mu must be held.
 func (n *Node) announce(resource string) {
@@ -191,7 +198,7 @@ func (n *Node) announce(resource string) {
 // HandOff implements lockcore.HandOffer: a release by the holder and, when
 // allowed, a grant to next, under the node's lock. A release not followed by
 // a grant calls every watch's notify before HandOff returns.
-func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	absent := lockcore.NodeReply{Status: lockcore.StatusAbsent}
 	if err := ctx.Err(); err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
@@ -205,6 +212,8 @@ func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcqu
 	switch {
 	case e == nil:
 		return absent, absent, nil
+	case mismatch(e, ifToken):
+		return lockcore.NodeReply{Status: lockcore.StatusMismatch, Token: e.token}, absent, nil
 	case e.lease != lease:
 		return n.taken(e), absent, nil
 	}

@@ -87,7 +87,7 @@ func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseDat
 		var tok int64
 		for range 3 {
 			tok = grant(t, n, "loss-keep")
-			if rep, err := n.Release(ctx, "loss-keep", mustInspect(t, n, "loss-keep").Lease); err != nil || rep.Status != lockcore.StatusOK {
+			if rep, err := n.Release(ctx, "loss-keep", mustInspect(t, n, "loss-keep").Lease, 0); err != nil || rep.Status != lockcore.StatusOK {
 				t.Fatalf("release: %+v, %v", rep, err)
 			}
 		}
@@ -154,13 +154,13 @@ func wantRefused(t *testing.T, n lockcore.Node, resource, lease string) {
 	req := lockcore.NodeAcquire{Resource: resource, Lease: lease, TTL: time.Second}
 	ops := map[string]func() error{
 		"acquire": func() error { _, err := n.Acquire(ctx, req); return err },
-		"extend":  func() error { _, err := n.Extend(ctx, resource, lease, 0); return err },
-		"release": func() error { _, err := n.Release(ctx, resource, lease); return err },
+		"extend":  func() error { _, err := n.Extend(ctx, resource, lease, 0, 0); return err },
+		"release": func() error { _, err := n.Release(ctx, resource, lease, 0); return err },
 		"fence":   func() error { return n.RaiseFence(ctx, resource, lease, 5) },
 		"inspect": func() error { _, err := n.Inspect(ctx, resource); return err },
 	}
 	if h, ok := n.(lockcore.HandOffer); ok {
-		ops["handoff"] = func() error { _, _, err := h.HandOff(ctx, lease, req); return err }
+		ops["handoff"] = func() error { _, _, err := h.HandOff(ctx, lease, 0, req); return err }
 	}
 	for op, do := range ops {
 		if err := do(); !errors.Is(err, lockcore.ErrQuarantined) {

@@ -186,26 +186,26 @@ func (f *Faulty) acquiring(ctx context.Context, req lockcore.NodeAcquire) (late 
 }
 
 // Extend implements lockcore.Node.
-func (f *Faulty) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
+func (f *Faulty) Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (lockcore.NodeReply, error) {
 	if err := f.fault(ctx); err != nil {
 		return lockcore.NodeReply{}, err
 	}
-	return f.inner.Extend(ctx, resource, lease, ttl)
+	return f.inner.Extend(ctx, resource, lease, ttl, ifToken)
 }
 
 // Release implements lockcore.Node.
-func (f *Faulty) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
+func (f *Faulty) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
 	if err := f.fault(ctx); err != nil {
 		return lockcore.NodeReply{}, err
 	}
-	return f.inner.Release(ctx, resource, lease)
+	return f.inner.Release(ctx, resource, lease, ifToken)
 }
 
 // HandOff implements lockcore.HandOffer by delegating to the wrapped node; it
 // fails with ErrNotHandOffer when the wrapped node is no HandOffer. A
 // hand-off is an acquisition for next: it is counted by Acquires, and the
 // acquire hooks run with next (SetAfterAcquire's with the grant's reply).
-func (f *Faulty) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+func (f *Faulty) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	h, ok := f.inner.(lockcore.HandOffer)
 	if !ok {
 		return released, granted, ErrNotHandOffer
@@ -215,11 +215,11 @@ func (f *Faulty) HandOff(ctx context.Context, lease string, next lockcore.NodeAc
 		return released, granted, err
 	}
 	if late {
-		_, _, _ = h.HandOff(context.Background(), lease, next)
+		_, _, _ = h.HandOff(context.Background(), lease, ifToken, next)
 		<-ctx.Done()
 		return released, granted, ctx.Err()
 	}
-	released, granted, err = h.HandOff(ctx, lease, next)
+	released, granted, err = h.HandOff(ctx, lease, ifToken, next)
 	if err == nil && after != nil {
 		after(next, granted)
 	}

@@ -27,8 +27,8 @@ func TestFaultyFaults(t *testing.T) {
 		f.SetDown(errOff)
 		calls := map[string]func() error{
 			"acquire": func() error { _, err := f.Acquire(ctx, req); return err },
-			"extend":  func() error { _, err := f.Extend(ctx, "r", req.Lease, 0); return err },
-			"release": func() error { _, err := f.Release(ctx, "r", req.Lease); return err },
+			"extend":  func() error { _, err := f.Extend(ctx, "r", req.Lease, 0, 0); return err },
+			"release": func() error { _, err := f.Release(ctx, "r", req.Lease, 0); return err },
 			"fence":   func() error { return f.RaiseFence(ctx, "r", req.Lease, 5) },
 			"inspect": func() error { _, err := f.Inspect(ctx, "r"); return err },
 			"ping":    func() error { return f.Ping(ctx) },
@@ -130,7 +130,7 @@ func TestFaultyFaults(t *testing.T) {
 		}
 		defer stop()
 		f.Acquire(ctx, req)
-		f.Release(ctx, "r", req.Lease)
+		f.Release(ctx, "r", req.Lease, 0)
 		select {
 		case <-heard:
 		case <-time.After(2 * time.Second):

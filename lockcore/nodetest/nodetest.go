@@ -86,7 +86,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 				t.Fatalf("grant %d: got %+v, want granted with token > %d", i, got, last)
 			}
 			last = got.Token
-			if rel, err := n.Release(ctx, r, lease); err != nil || rel.Status != lockcore.StatusOK {
+			if rel, err := n.Release(ctx, r, lease, 0); err != nil || rel.Status != lockcore.StatusOK {
 				t.Fatalf("release %d: %+v, %v", i, rel, err)
 			}
 		}
@@ -107,7 +107,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 			{"another lease is refused", leaseB, ttl, lockcore.StatusTaken, 0},
 		}
 		for _, c := range cases {
-			got, err := n.Extend(ctx, r, c.lease, c.ttl)
+			got, err := n.Extend(ctx, r, c.lease, c.ttl, 0)
 			if err != nil || got.Status != c.want {
 				t.Fatalf("%s: got %+v, %v; want %v", c.name, got, err, c.want)
 			}
@@ -115,7 +115,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 				t.Fatalf("%s: got %+v, want ttl %v token %d", c.name, got, c.wantTT, g.Token)
 			}
 		}
-		if got, err := n.Extend(ctx, res(t), leaseA, ttl); err != nil || got.Status != lockcore.StatusAbsent {
+		if got, err := n.Extend(ctx, res(t), leaseA, ttl, 0); err != nil || got.Status != lockcore.StatusAbsent {
 			t.Fatalf("extend of a free lock: %+v, %v; want absent", got, err)
 		}
 	})
@@ -123,16 +123,16 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 	t.Run("release", func(t *testing.T) {
 		n, r := newNode(t), res(t)
 		g := acq(t, n, r, leaseA, ttl)
-		if got, err := n.Release(ctx, r, leaseB); err != nil || got.Status != lockcore.StatusTaken {
+		if got, err := n.Release(ctx, r, leaseB, 0); err != nil || got.Status != lockcore.StatusTaken {
 			t.Fatalf("release by another lease: %+v, %v; want taken", got, err)
 		}
 		if l, _ := n.Inspect(ctx, r); !l.Found || l.Lease != leaseA {
 			t.Fatalf("release by another lease changed the lock: %+v", l)
 		}
-		if got, err := n.Release(ctx, r, leaseA); err != nil || got.Status != lockcore.StatusOK || got.Token != g.Token {
+		if got, err := n.Release(ctx, r, leaseA, 0); err != nil || got.Status != lockcore.StatusOK || got.Token != g.Token {
 			t.Fatalf("release by the holder: %+v, %v; want ok with token %d", got, err, g.Token)
 		}
-		if got, err := n.Release(ctx, r, leaseA); err != nil || got.Status != lockcore.StatusAbsent {
+		if got, err := n.Release(ctx, r, leaseA, 0); err != nil || got.Status != lockcore.StatusAbsent {
 			t.Fatalf("second release: %+v, %v; want absent", got, err)
 		}
 	})
@@ -152,7 +152,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 		if l, _ := n.Inspect(ctx, r); l.Token != g.Token+100 {
 			t.Fatalf("holder's token = %d, want %d (raised by its lease only)", l.Token, g.Token+100)
 		}
-		n.Release(ctx, r, leaseA)
+		n.Release(ctx, r, leaseA, 0)
 		if got := acq(t, n, r, leaseB, ttl); got.Token != g.Token+501 {
 			t.Fatalf("next token = %d, want %d (counter raised to %d)", got.Token, g.Token+501, g.Token+500)
 		}
@@ -188,10 +188,10 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if got, _ := n.Extend(ctx, r, leaseA, ttl); got.Status != lockcore.StatusTaken {
+		if got, _ := n.Extend(ctx, r, leaseA, ttl, 0); got.Status != lockcore.StatusTaken {
 			t.Fatalf("expired lease extended the new holder's lock: %+v", got)
 		}
-		if got, _ := n.Release(ctx, r, leaseA); got.Status != lockcore.StatusTaken {
+		if got, _ := n.Release(ctx, r, leaseA, 0); got.Status != lockcore.StatusTaken {
 			t.Fatalf("expired lease released the new holder's lock: %+v", got)
 		}
 	})
@@ -233,10 +233,10 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 			t.Fatal(err)
 		}
 		acq(t, n, r, leaseA, ttl)
-		if got, _ := n.Release(ctx, r, leaseB); got.Status != lockcore.StatusTaken {
+		if got, _ := n.Release(ctx, r, leaseB, 0); got.Status != lockcore.StatusTaken {
 			t.Fatalf("release by another lease: %+v, want taken", got)
 		}
-		if got, _ := n.Release(ctx, r, leaseA); got.Status != lockcore.StatusOK {
+		if got, _ := n.Release(ctx, r, leaseA, 0); got.Status != lockcore.StatusOK {
 			t.Fatalf("release by the holder: %+v, want ok", got)
 		}
 		select {
@@ -254,13 +254,15 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 		}
 		stop()
 		acq(t, n, r, leaseA, ttl)
-		n.Release(ctx, r, leaseA)
+		n.Release(ctx, r, leaseA, 0)
 		select {
 		case <-heard:
 			t.Fatal("heard a release after stop")
 		case <-time.After(100 * time.Millisecond):
 		}
 	})
+
+	t.Run("If-Match", func(t *testing.T) { runIfToken(t, newNode, res) })
 
 	t.Run("hand-off", func(t *testing.T) {
 		if _, ok := newNode(t).(lockcore.HandOffer); !ok {
@@ -386,7 +388,7 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 				defer stop()
 			}
 			c.next.Resource = r
-			rel, got, err := n.(lockcore.HandOffer).HandOff(ctx, c.release, c.next)
+			rel, got, err := n.(lockcore.HandOffer).HandOff(ctx, c.release, 0, c.next)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -437,7 +439,7 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 			if c.refusedFor != "" {
 				mustRefuse(t, n, nodeAcq(r, other, c.refusedFor))
 			}
-			rel, err := n.Release(ctx, r, holder)
+			rel, err := n.Release(ctx, r, holder, 0)
 			if err != nil || rel.Status != lockcore.StatusOK || rel.Wanted != c.want {
 				t.Fatalf("refused for %q: release %+v, %v; want ok with wanted %v", c.refusedFor, rel, err, c.want)
 			}
@@ -449,7 +451,7 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 		h := n.(lockcore.HandOffer)
 		mustGrant(t, n, nodeAcq(r, holder, replicaA))
 		mustRefuse(t, n, nodeAcq(r, other, replicaB)) // marks the holder's lock
-		if _, err := n.Release(ctx, r, holder); err != nil {
+		if _, err := n.Release(ctx, r, holder, 0); err != nil {
 			t.Fatal(err)
 		}
 		mustGrant(t, n, nodeAcq(r, holder, replicaA))
@@ -457,16 +459,16 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 		// passed on again, and its release reports no other replica.
 		short := nodeAcq(r, next, replicaA)
 		short.TTL = 200 * time.Millisecond
-		if _, got, err := h.HandOff(ctx, holder, short); err != nil || got.Status != lockcore.StatusGranted {
+		if _, got, err := h.HandOff(ctx, holder, 0, short); err != nil || got.Status != lockcore.StatusGranted {
 			t.Fatalf("first hand-off: %+v, %v", got, err)
 		}
 		if l, _ := n.Inspect(ctx, r); l.Remaining <= 0 || l.Remaining > short.TTL {
 			t.Fatalf("handed lock expires in %v, want within its TTL %v", l.Remaining, short.TTL)
 		}
-		if rel, got, err := h.HandOff(ctx, next, nodeAcq(r, other, replicaA)); err != nil || rel.Wanted || got.Status != lockcore.StatusGranted {
+		if rel, got, err := h.HandOff(ctx, next, 0, nodeAcq(r, other, replicaA)); err != nil || rel.Wanted || got.Status != lockcore.StatusGranted {
 			t.Fatalf("second hand-off: released %+v, granted %+v, %v; want an unmarked lock passed on", rel, got, err)
 		}
-		if rel, err := n.Release(ctx, r, other); err != nil || rel.Status != lockcore.StatusOK || rel.Wanted {
+		if rel, err := n.Release(ctx, r, other, 0); err != nil || rel.Status != lockcore.StatusOK || rel.Wanted {
 			t.Fatalf("release after hand-offs: %+v, %v; want ok, not wanted", rel, err)
 		}
 	})
@@ -477,7 +479,7 @@ func runHandOff(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func
 		if err := n.RaiseFence(ctx, r, holder, first.Token+40); err != nil {
 			t.Fatal(err)
 		}
-		_, got, err := n.(lockcore.HandOffer).HandOff(ctx, holder, nodeAcq(r, next, replicaA))
+		_, got, err := n.(lockcore.HandOffer).HandOff(ctx, holder, 0, nodeAcq(r, next, replicaA))
 		if err != nil || got.Token != first.Token+41 {
 			t.Fatalf("granted %+v, %v; want token %d", got, err, first.Token+41)
 		}
@@ -516,5 +518,78 @@ func inService(newNode func(t *testing.T) lockcore.Node) func(t *testing.T) lock
 			}
 		}
 		return n
+	}
+}
+
+// runIfToken checks the expected token (If-Match) of Extend, Release and
+// HandOff: checked in the same step, against the lock whoever holds it;
+// StatusMismatch with the lock's token changes nothing.
+func runIfToken(t *testing.T, newNode func(t *testing.T) lockcore.Node, res func(t *testing.T) string) {
+	ctx := context.Background()
+	const ttl = 10 * time.Second
+	const holder, other = "lease-holder-0123456789", "lease-other-0123456789"
+	type op func(n lockcore.Node, r, lease string, ifToken int64) (lockcore.NodeReply, error)
+	extend := func(n lockcore.Node, r, lease string, ifToken int64) (lockcore.NodeReply, error) {
+		return n.Extend(ctx, r, lease, 3*ttl, ifToken)
+	}
+	release := func(n lockcore.Node, r, lease string, ifToken int64) (lockcore.NodeReply, error) {
+		return n.Release(ctx, r, lease, ifToken)
+	}
+	handOff := func(n lockcore.Node, r, lease string, ifToken int64) (lockcore.NodeReply, error) {
+		h, ok := n.(lockcore.HandOffer)
+		if !ok {
+			t.Skip("node does not implement lockcore.HandOffer")
+		}
+		rel, got, err := h.HandOff(ctx, lease, ifToken, lockcore.NodeAcquire{Resource: r, Lease: "lease-next-0123456789", TTL: ttl, Replica: "rep"})
+		if rel.Status != lockcore.StatusOK && got.Status != lockcore.StatusAbsent {
+			t.Fatalf("a refused hand-off granted: %+v", got)
+		}
+		return rel, err
+	}
+	for _, o := range []struct {
+		name string
+		do   op
+	}{{"extend", extend}, {"release", release}, {"hand-off", handOff}} {
+		t.Run(o.name, func(t *testing.T) {
+			cases := []struct {
+				name    string
+				lease   string
+				offset  int64 // ifToken = the lock's token + offset
+				want    lockcore.NodeStatus
+				changed bool
+			}{
+				{"the holder with another token: mismatch", holder, 1, lockcore.StatusMismatch, false},
+				{"the holder with a lower token: mismatch", holder, -1, lockcore.StatusMismatch, false},
+				{"another lease with another token: mismatch", other, 1, lockcore.StatusMismatch, false},
+				{"another lease with the lock's token: taken", other, 0, lockcore.StatusTaken, false},
+				{"the holder with its token: done", holder, 0, lockcore.StatusOK, true},
+			}
+			for _, c := range cases {
+				n, r := newNode(t), res(t)
+				// A token above 1, so that a lower one is not 0 (no check).
+				if err := n.RaiseFence(ctx, r, holder, 10); err != nil {
+					t.Fatal(err)
+				}
+				g := mustGrant(t, n, lockcore.NodeAcquire{Resource: r, Lease: holder, TTL: ttl, Replica: "rep"})
+				got, err := o.do(n, r, c.lease, g.Token+c.offset)
+				if err != nil || got.Status != c.want {
+					t.Fatalf("%s: got %+v, %v; want %v", c.name, got, err, c.want)
+				}
+				if c.want == lockcore.StatusMismatch && got.Token != g.Token {
+					t.Fatalf("%s: mismatch reports token %d, want the lock's %d", c.name, got.Token, g.Token)
+				}
+				l, err := n.Inspect(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				unchanged := l.Found && l.Lease == holder && l.Token == g.Token && l.TTL == ttl
+				if unchanged == c.changed {
+					t.Fatalf("%s: lock now %+v; changed = %v, want %v", c.name, l, !unchanged, c.changed)
+				}
+			}
+			if got, err := o.do(newNode(t), res(t), holder, 7); err != nil || got.Status != lockcore.StatusAbsent {
+				t.Fatalf("a free lock: got %+v, %v; want absent whatever the token", got, err)
+			}
+		})
 	}
 }

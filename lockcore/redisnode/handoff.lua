@@ -6,8 +6,10 @@
 -- ARGV[1] protect   ARGV[2] lease id being released
 -- ARGV[3] next lease id   ARGV[4] next ttl in ms   ARGV[5] next owner label
 -- ARGV[6] replica id of the asking gateway
+-- ARGV[7] expected token of the released lock (If-Match), or 0 for no check
 -- Returns {released, value, wanted, handed, token}:
---   released 1 (value = released token), 0 (value = pttl: held by another
+--   released 1 (value = released token), -2 (value = the lock's token, not
+--   the expected one: nothing changed), 0 (value = pttl: held by another
 --   lease, nothing changed), -1 (not held, nothing changed) or -9 (the node
 --   is out of service, nothing changed);
 --   wanted 1 when the released lock had been refused to another replica;
@@ -22,6 +24,9 @@ end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'by', 'x')
 if not h[1] then
   return {-1, 0, 0, 0, 0}
+end
+if ARGV[7] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[7]) then
+  return {-2, tonumber(h[2]), 0, 0, 0}
 end
 if h[1] ~= ARGV[2] then
   return {0, redis.call('PTTL', KEYS[1]), 0, 0, 0}

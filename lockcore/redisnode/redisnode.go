@@ -282,9 +282,15 @@ func waits(w bool) string {
 	return "0"
 }
 
-// statusReply maps the {-1|0|1, value} reply of extend and release.
+// mismatchReply is the first reply value of a script that found the lock's
+// token is not the expected one (If-Match).
+const mismatchReply = -2
+
+// statusReply maps the {-2|-1|0|1, value} reply of extend and release.
 func statusReply(v []int64) lockcore.NodeReply {
 	switch v[0] {
+	case mismatchReply:
+		return lockcore.NodeReply{Status: lockcore.StatusMismatch, Token: v[1]}
 	case 1:
 		r := lockcore.NodeReply{Status: lockcore.StatusOK, Token: v[1]}
 		if len(v) > 2 {
@@ -321,8 +327,8 @@ func (n *Node) lockKeys(resource string) []string {
 }
 
 // Extend implements lockcore.Node with extend.lua.
-func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, extendScript, n.lockKeys(resource), 2, lease, ms(ttl))
+func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (lockcore.NodeReply, error) {
+	v, err := n.run(ctx, extendScript, n.lockKeys(resource), 2, lease, ms(ttl), ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -330,9 +336,9 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 }
 
 // Release implements lockcore.Node with release.lua.
-func (n *Node) Release(ctx context.Context, resource, lease string) (lockcore.NodeReply, error) {
+func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
 	keys := []string{lockKey(resource), tokensKey(resource), releasedKey(resource)}
-	v, err := n.run(ctx, releaseScript, keys, 2, lease)
+	v, err := n.run(ctx, releaseScript, keys, 2, lease, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -348,10 +354,10 @@ func releaseReply(v []int64) lockcore.NodeReply {
 }
 
 // HandOff implements lockcore.HandOffer with handoff.lua.
-func (n *Node) HandOff(ctx context.Context, lease string, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
+func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
 	keys := []string{lockKey(r), tokensKey(r), releasedKey(r)}
-	v, err := n.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica)
+	v, err := n.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
 	}

@@ -134,7 +134,7 @@ func TestAWatchThatReturnedHearsTheNextRelease(t *testing.T) {
 		if rep, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: resource, Lease: lease, TTL: 10 * time.Second}); err != nil || rep.Status != lockcore.StatusGranted {
 			t.Fatalf("round %d: acquire: %v %v", round, rep.Status, err)
 		}
-		if rep, err := n.Release(ctx, resource, lease); err != nil || rep.Status != lockcore.StatusOK {
+		if rep, err := n.Release(ctx, resource, lease, 0); err != nil || rep.Status != lockcore.StatusOK {
 			t.Fatalf("round %d: release: %v %v", round, rep.Status, err)
 		}
 	}

@@ -578,7 +578,7 @@ func TestWatchStartedAsTheLastOneStopsStillHears(t *testing.T) {
 		}
 		// The round's release is the only one announced while the new watch
 		// is registered (the previous round's was heard before its stop).
-		if rep, err := pub.Release(ctx, "churn", lease); err != nil || rep.Status != lockcore.StatusOK {
+		if rep, err := pub.Release(ctx, "churn", lease, 0); err != nil || rep.Status != lockcore.StatusOK {
 			t.Fatalf("round %d: release: %+v, %v", i, rep, err)
 		}
 		select {

@@ -3,9 +3,12 @@
 -- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
 -- KEYS[3] channel    lockgate:{resource}:released
 -- ARGV[1] protect   ARGV[2] lease id
+-- ARGV[3] expected token (If-Match), or 0 for no check
 -- Returns {1, token, wanted} released (wanted 1 when an acquisition for
--- another replica was refused while it was held, else 0), {0, pttl} held by
--- another lease, {-1, 0} not held, {-9, 0} the node is out of service. Only
+-- another replica was refused while it was held, else 0), {-2, token} the
+-- lock's token is not the expected one (whoever holds it), {0, pttl} held by
+-- another lease, {-1, 0} not held, {-9, 0} the node is out of service; only
+-- {1, ...} changes anything. Only
 -- a release by the holder publishes, on KEYS[3], with the released token in
 -- decimal as payload (not secret; watchers ignore it). The PUBLISH happens
 -- in the same atomic step as the DEL, so a subscriber that subscribed before
@@ -16,6 +19,9 @@ end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'x')
 if not h[1] then
   return {-1, 0}
+end
+if ARGV[3] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[3]) then
+  return {-2, tonumber(h[2])}
 end
 if h[1] ~= ARGV[2] then
   return {0, redis.call('PTTL', KEYS[1])}
