@@ -39,7 +39,10 @@ type Options struct {
 	// acquiring, which can be as long as NodeTimeout when a node hangs.
 	NodeTimeout time.Duration
 	// DriftFactor is the share of the TTL set aside for clock drift between
-	// nodes; 2 ms are added to it. Default 0.01.
+	// nodes; 2 ms are added to it. Default 0.01. A lease's validity is its
+	// TTL less the time its acquisition or extension took less this
+	// allowance: with the default, a 1 s TTL granted at once is valid for
+	// 988 ms.
 	DriftFactor float64
 	// MinTTL and MaxTTL bound lock TTLs. Defaults 100ms and 1h.
 	MinTTL, MaxTTL time.Duration
@@ -292,8 +295,48 @@ func (r *Redlock) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkRequest checks the fields that Acquire, Extend and Release share, in
+// one order (resource, lease id, TTL) so that each names the same field
+// first. The lease id must be valid, but may be empty with mayMint (Acquire
+// mints one). The TTL must lie within the bounds, but may be 0 with
+// mayKeepTTL (Extend keeps the TTL last set) and is not looked at with noTTL
+// (Release has none).
+func (r *Redlock) checkRequest(resource, lease string, ttl time.Duration, relax checkFlags) error {
+	if err := r.checkResource(resource); err != nil {
+		return err
+	}
+	if lease != "" || relax&mayMint == 0 {
+		if err := checkLease(lease); err != nil {
+			return err
+		}
+	}
+	if relax&noTTL == 0 && (ttl != 0 || relax&mayKeepTTL == 0) {
+		return r.checkTTL(ttl)
+	}
+	return nil
+}
+
+// checkFlags relax checkRequest.
+type checkFlags int
+
+const (
+	mayMint    checkFlags = 1 << iota // an empty lease id is accepted
+	mayKeepTTL                        // TTL 0 is accepted
+	noTTL                             // the TTL is not checked
+)
+
+// drift is the clock drift allowance of a lock with this TTL:
+// Options.DriftFactor of it plus 2 ms.
 func (r *Redlock) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*r.opt.DriftFactor) + 2*time.Millisecond
+}
+
+// validity is how long a lock set with ttl on the nodes at start is known
+// to stand from now: the TTL, less the time since start, less the drift
+// allowance. The one definition behind Lease.Validity and
+// LockInfo.Remaining; below MinValidity a grant or extension fails.
+func (r *Redlock) validity(start, now time.Time, ttl time.Duration) time.Duration {
+	return ttl - now.Sub(start) - r.drift(ttl)
 }
 
 // Acquire takes the lock on req.Resource, waiting up to req.Wait while
@@ -304,10 +347,7 @@ func (r *Redlock) drift(ttl time.Duration) time.Duration {
 // nodes answered; ErrTooManyWaiters; ErrClosed; or an error matching
 // ctx.Err() when ctx ended first.
 func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
-	if err := r.checkResource(req.Resource); err != nil {
-		return nil, err
-	}
-	if err := r.checkTTL(req.TTL); err != nil {
+	if err := r.checkRequest(req.Resource, req.LeaseID, req.TTL, mayMint); err != nil {
 		return nil, err
 	}
 	if req.Wait < 0 || req.Wait > r.opt.MaxWait {
@@ -318,8 +358,6 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 	}
 	if req.LeaseID == "" {
 		req.LeaseID, req.minted = NewLeaseID(), true
-	} else if err := checkLease(req.LeaseID); err != nil {
-		return nil, err
 	}
 	if req.Wait == 0 {
 		lease, err := r.tryAcquire(ctx, &req)
@@ -497,7 +535,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 		return fail(err)
 	}
 	now := r.opt.Clock.Now()
-	validity := req.TTL - now.Sub(start) - r.drift(req.TTL)
+	validity := r.validity(start, now, req.TTL)
 	if validity < MinValidity {
 		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}})
 	}
@@ -662,16 +700,8 @@ func released(results []nodeResult) uint64 {
 // (ErrHeldByOther); *QuorumError (ErrNoQuorum); or an error matching
 // ctx.Err().
 func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error) {
-	if err := r.checkResource(req.Resource); err != nil {
+	if err := r.checkRequest(req.Resource, req.LeaseID, req.TTL, mayKeepTTL); err != nil {
 		return nil, err
-	}
-	if err := checkLease(req.LeaseID); err != nil {
-		return nil, err
-	}
-	if req.TTL != 0 {
-		if err := r.checkTTL(req.TTL); err != nil {
-			return nil, err
-		}
 	}
 	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
@@ -694,7 +724,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 		}
 	}
 	now := r.opt.Clock.Now()
-	validity := ttl - now.Sub(start) - r.drift(ttl)
+	validity := r.validity(start, now, ttl)
 	if validity < MinValidity {
 		r.opt.Observer.QuorumFailed("extend")
 		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
@@ -716,10 +746,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 // to be sure the lease no longer holds a majority (retrying is safe); or an
 // error matching ctx.Err().
 func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
-	if err := r.checkResource(req.Resource); err != nil {
-		return err
-	}
-	if err := checkLease(req.LeaseID); err != nil {
+	if err := r.checkRequest(req.Resource, req.LeaseID, 0, noTTL); err != nil {
 		return err
 	}
 	if r.handOff {
@@ -928,8 +955,10 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 		if len(held) < r.quorum {
 			continue
 		}
-		// The lock stands while a quorum of nodes still holds it: the
-		// quorum-th longest remaining TTL, less the drift allowance.
+		// The lock stands while a quorum of nodes still holds it: for
+		// as long as the quorum-th longest remaining TTL, that is the
+		// validity of the lock's TTL less what of it had run out on that
+		// node when it answered.
 		slices.SortFunc(held, func(a, b NodeLock) int { return int(b.Remaining - a.Remaining) })
 		info := &LockInfo{Resource: resource}
 		for _, l := range held {
@@ -940,7 +969,8 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 			}
 		}
 		now := r.opt.Clock.Now()
-		info.Remaining = max(0, held[r.quorum-1].Remaining-now.Sub(start)-r.drift(info.TTL))
+		ranOut := info.TTL - held[r.quorum-1].Remaining
+		info.Remaining = max(0, r.validity(start, now, info.TTL)-ranOut)
 		info.Expires = now.Add(info.Remaining)
 		return info, nil
 	}

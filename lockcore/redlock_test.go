@@ -281,20 +281,25 @@ func TestAcquireReleasesGrantsWhoseReplyWasLost(t *testing.T) {
 func TestValidity(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Second
-	// drift = TTL×0.01 + 2ms = 12ms with the default drift factor.
+	// The documented values (Options.DriftFactor): validity = TTL − time
+	// spent − (TTL × DriftFactor + 2ms); a 1s TTL granted at once is valid
+	// for 988ms with the default factor 0.01. wantExt is an extension to
+	// 2s taking no time: 2s − 22ms with 0.01, 2s − 202ms with 0.1.
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	cases := []struct {
-		name  string
-		drift float64
-		spent time.Duration
-		want  time.Duration // 0: acquisition must fail
+		name    string
+		drift   float64
+		spent   time.Duration
+		want    time.Duration // 0: acquisition must fail
+		wantExt time.Duration
 	}{
-		{"nothing spent leaves TTL minus drift", 0, 0, ttl - 12*time.Millisecond},
-		{"time spent acquiring is subtracted", 0, 300 * time.Millisecond, ttl - 300*time.Millisecond - 12*time.Millisecond},
-		{"the last millisecond of validity is still granted", 0, ttl - 12*time.Millisecond - time.Millisecond, time.Millisecond},
-		{"less than a millisecond left fails", 0, ttl - 12*time.Millisecond - time.Millisecond + 1, 0},
-		{"a custom drift factor is honoured", 0.1, 100 * time.Millisecond, ttl - 100*time.Millisecond - 102*time.Millisecond},
-		{"no validity left fails", 0, ttl - 12*time.Millisecond, 0},
-		{"acquiring longer than the TTL fails", 0, 2 * ttl, 0},
+		{"nothing spent leaves TTL minus drift", 0, 0, ms(988), ms(1978)},
+		{"time spent acquiring is subtracted", 0, ms(300), ms(688), ms(1978)},
+		{"the last millisecond of validity is still granted", 0, ms(987), ms(1), ms(1978)},
+		{"less than a millisecond left fails", 0, ms(987) + 1, 0, 0},
+		{"a custom drift factor is honoured", 0.1, ms(100), ms(798), ms(1798)},
+		{"no validity left fails", 0, ms(988), 0, 0},
+		{"acquiring longer than the TTL fails", 0, 2 * ttl, 0, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,9 +332,8 @@ func TestValidity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantExt := 2*ttl - (time.Duration(float64(2*ttl)*max(tc.drift, 0.01)) + 2*time.Millisecond)
-			if ext.Validity != wantExt {
-				t.Fatalf("extend validity = %v, want %v", ext.Validity, wantExt)
+			if ext.Validity != tc.wantExt {
+				t.Fatalf("extend validity = %v, want %v", ext.Validity, tc.wantExt)
 			}
 		})
 	}
@@ -347,7 +351,8 @@ func TestValidityOnTheRealClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if limit := ttl - delay - (ttl/100 + 2*time.Millisecond); lease.Validity <= 0 || lease.Validity > limit {
+	// 5s − 100ms − (50ms + 2ms) of drift allowance.
+	if limit := 4848 * time.Millisecond; lease.Validity <= 0 || lease.Validity > limit {
 		t.Fatalf("validity = %v, want in (0, %v]", lease.Validity, limit)
 	}
 }
