@@ -20,94 +20,123 @@ import (
 // empty data set would (memnode.Node.LoseData, FLUSHALL on Redis). Nodes
 // newNode returns are put in service first, as in Run.
 func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseData func(t *testing.T, n lockcore.Node)) {
-	newNode = inService(newNode)
-	ctx := context.Background()
-	const ttl = 10 * time.Second
-	const lease = "lease-loss-0123456789"
-	grant := func(t *testing.T, n lockcore.Node, resource string) int64 {
-		t.Helper()
-		return mustGrant(t, n, lockcore.NodeAcquire{Resource: resource, Lease: lockcore.NewLeaseID(), TTL: ttl}).Token
+	s := lossSuite{newNode: inService(newNode), loseData: loseData}
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"a node that lost its data says so and refuses every lock operation", s.lostNodeRefuses},
+		{"a quarantine refuses, keeps its start, and lets counters be read", s.quarantineKeepsItsStart},
+		{"repair raises the counters and puts a lost node back in service", s.repairPutsBackInService},
+		{"repair never lowers a counter", s.repairNeverLowers},
+		{"resources of one slot share its counter", s.slotSharesItsCounter},
+	} {
+		t.Run(c.name, c.run)
 	}
+}
 
-	t.Run("a node that lost its data says so and refuses every lock operation", func(t *testing.T) {
-		n := newNode(t)
-		grant(t, n, "loss-held")
-		loseData(t, n)
-		h, err := n.Check(ctx)
-		if err != nil || !h.Lost || h.Initialized {
-			t.Fatalf("Check after the loss: %+v, %v; want lost and not initialized", h, err)
-		}
-		wantRefused(t, n, "loss-held", lease)
-	})
+// lossSuite is what the data-loss subtests share.
+type lossSuite struct {
+	newNode  func(t *testing.T) lockcore.Node
+	loseData func(t *testing.T, n lockcore.Node)
+}
 
-	t.Run("a quarantine refuses, keeps its start, and lets counters be read", func(t *testing.T) {
-		n := newNode(t)
-		tok := grant(t, n, "loss-q")
-		if err := n.Quarantine(ctx); err != nil {
-			t.Fatal(err)
-		}
-		first := mustCheck(t, n)
-		time.Sleep(30 * time.Millisecond)
-		if err := n.Quarantine(ctx); err != nil {
-			t.Fatal(err)
-		}
-		again := mustCheck(t, n)
-		if !first.Quarantined || !again.Quarantined || again.Lost || again.QuarantinedFor < first.QuarantinedFor+25*time.Millisecond {
-			t.Fatalf("checks %+v then %+v: want quarantined, its start kept across a second Quarantine", first, again)
-		}
-		wantRefused(t, n, "loss-q", lease)
-		c, err := n.Counters(ctx)
-		if err != nil || len(c) != lockcore.FenceSlots || c[lockcore.FenceSlot("loss-q")] != tok {
-			t.Fatalf("Counters: %d values, slot %d = %d, %v; want %d values and %d", len(c),
-				lockcore.FenceSlot("loss-q"), valueAt(c, lockcore.FenceSlot("loss-q")), err, lockcore.FenceSlots, tok)
-		}
-	})
+// lossLease is the lease the data-loss subtests try to use.
+const lossLease = "lease-loss-0123456789"
 
-	t.Run("repair raises the counters and puts a lost node back in service", func(t *testing.T) {
-		n := newNode(t)
-		loseData(t, n)
-		if err := n.Quarantine(ctx); err != nil {
-			t.Fatal(err)
-		}
-		floor := make([]int64, lockcore.FenceSlots)
-		floor[lockcore.FenceSlot("loss-r")] = 1000
-		if err := n.Repair(ctx, floor); err != nil {
-			t.Fatal(err)
-		}
-		if h := mustCheck(t, n); !h.Initialized || h.Lost || h.Quarantined || h.Refusing != "" {
-			t.Fatalf("Check after Repair: %+v; want in service", h)
-		}
-		if tok := grant(t, n, "loss-r"); tok != 1001 {
-			t.Fatalf("token after a repair to 1000: %d, want 1001", tok)
-		}
-	})
+// grant acquires resource on n for a new lease and returns its token.
+func (lossSuite) grant(t *testing.T, n lockcore.Node, resource string) int64 {
+	t.Helper()
+	return mustGrant(t, n, lockcore.NodeAcquire{Resource: resource, Lease: lockcore.NewLeaseID(), TTL: ttl}).Token
+}
 
-	t.Run("repair never lowers a counter", func(t *testing.T) {
-		n := newNode(t)
-		var tok int64
-		for range 3 {
-			tok = grant(t, n, "loss-keep")
-			if rep, err := n.Release(ctx, "loss-keep", mustInspect(t, n, "loss-keep").Lease, 0); err != nil || rep.Status != lockcore.StatusOK {
-				t.Fatalf("release: %+v, %v", rep, err)
-			}
-		}
-		if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
-			t.Fatal(err)
-		}
-		if next := grant(t, n, "loss-keep"); next <= tok {
-			t.Fatalf("token after a repair to 0: %d, want above %d", next, tok)
-		}
-	})
+// lostNodeRefuses: a node that lost its data says so and refuses every lock operation.
+func (s lossSuite) lostNodeRefuses(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	s.grant(t, n, "loss-held")
+	s.loseData(t, n)
+	h, err := n.Check(ctx)
+	if err != nil || !h.Lost || h.Initialized {
+		t.Fatalf("Check after the loss: %+v, %v; want lost and not initialized", h, err)
+	}
+	wantRefused(t, n, "loss-held", lossLease)
+}
 
-	t.Run("resources of one slot share its counter", func(t *testing.T) {
-		n := newNode(t)
-		a, b := SameSlot()
-		ta := grant(t, n, a)
-		tb := grant(t, n, b)
-		if tb != ta+1 {
-			t.Fatalf("tokens %d (%s) then %d (%s) in slot %d: want one counter", ta, a, tb, b, lockcore.FenceSlot(a))
+// quarantineKeepsItsStart: a quarantine refuses, keeps its start, and lets counters be read.
+func (s lossSuite) quarantineKeepsItsStart(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	tok := s.grant(t, n, "loss-q")
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := mustCheck(t, n)
+	time.Sleep(30 * time.Millisecond)
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := mustCheck(t, n)
+	if !first.Quarantined || !again.Quarantined || again.Lost || again.QuarantinedFor < first.QuarantinedFor+25*time.Millisecond {
+		t.Fatalf("checks %+v then %+v: want quarantined, its start kept across a second Quarantine", first, again)
+	}
+	wantRefused(t, n, "loss-q", lossLease)
+	c, err := n.Counters(ctx)
+	if err != nil || len(c) != lockcore.FenceSlots || c[lockcore.FenceSlot("loss-q")] != tok {
+		t.Fatalf("Counters: %d values, slot %d = %d, %v; want %d values and %d", len(c),
+			lockcore.FenceSlot("loss-q"), valueAt(c, lockcore.FenceSlot("loss-q")), err, lockcore.FenceSlots, tok)
+	}
+}
+
+// repairPutsBackInService: repair raises the counters and puts a lost node back in service.
+func (s lossSuite) repairPutsBackInService(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	s.loseData(t, n)
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	floor := make([]int64, lockcore.FenceSlots)
+	floor[lockcore.FenceSlot("loss-r")] = 1000
+	if err := n.Repair(ctx, floor); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustCheck(t, n); !h.Initialized || h.Lost || h.Quarantined || h.Refusing != "" {
+		t.Fatalf("Check after Repair: %+v; want in service", h)
+	}
+	if tok := s.grant(t, n, "loss-r"); tok != 1001 {
+		t.Fatalf("token after a repair to 1000: %d, want 1001", tok)
+	}
+}
+
+// repairNeverLowers: repair never lowers a counter.
+func (s lossSuite) repairNeverLowers(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	var tok int64
+	for range 3 {
+		tok = s.grant(t, n, "loss-keep")
+		if rep, err := n.Release(ctx, "loss-keep", mustInspect(t, n, "loss-keep").Lease, 0); err != nil || rep.Status != lockcore.StatusOK {
+			t.Fatalf("release: %+v, %v", rep, err)
 		}
-	})
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+		t.Fatal(err)
+	}
+	if next := s.grant(t, n, "loss-keep"); next <= tok {
+		t.Fatalf("token after a repair to 0: %d, want above %d", next, tok)
+	}
+}
+
+// slotSharesItsCounter: resources of one slot share its counter.
+func (s lossSuite) slotSharesItsCounter(t *testing.T) {
+	n := s.newNode(t)
+	a, b := SameSlot()
+	ta := s.grant(t, n, a)
+	tb := s.grant(t, n, b)
+	if tb != ta+1 {
+		t.Fatalf("tokens %d (%s) then %d (%s) in slot %d: want one counter", ta, a, tb, b, lockcore.FenceSlot(a))
+	}
 }
 
 // SameSlot returns two distinct resource names of one fencing slot.

@@ -27,37 +27,57 @@ import (
 //   - its quarantine began but not every slot was marked yet.
 //
 // A node that refuses the heartbeat's write, or whose memory is within
-// memoryReserve of its maxmemory, answers with Refusing set and no error. Checks of one Node run one at a time.
+// memoryReserve of its maxmemory, answers with Refusing set and no error.
+// Checks of one Node run one at a time.
 func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
-	pipe := n.rdb.Pipeline()
-	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
-	info := pipe.Info(ctx, "server", "memory")
-	_, _ = pipe.Exec(ctx)
-	if err := info.Err(); err != nil {
-		return lockcore.NodeHealth{}, timedOut(ctx, err)
-	}
-	res, err := chk.Result()
-	if reason := refusalReason(err); reason != "" {
-		return lockcore.NodeHealth{Initialized: true, Refusing: reason}, nil
-	}
-	if full(info.Val()) {
-		return lockcore.NodeHealth{Initialized: true, Refusing: "out of memory"}, nil
-	}
-	if err != nil {
+	v, info, refusing, err := n.probe(ctx)
+	switch {
+	case err != nil:
 		return lockcore.NodeHealth{}, err
+	case refusing != "":
+		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
-	v, err := ints(res, 5)
-	if err != nil {
-		return lockcore.NodeHealth{}, err
-	}
-	id := runID(info.Val())
+	id := runID(info)
 	n.mu.Lock()
 	restarted := n.runID != "" && id != n.runID
 	n.mu.Unlock()
 	durable := !restarted || n.durable(ctx)
+	return n.record(v, id, durable), nil
+}
 
+// probe runs check.lua and INFO server and memory in one round trip, and
+// returns check.lua's reply and INFO's, or why the node refuses writes.
+func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err error) {
+	pipe := n.rdb.Pipeline()
+	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
+	inf := pipe.Info(ctx, "server", "memory")
+	_, _ = pipe.Exec(ctx)
+	if err := inf.Err(); err != nil {
+		return nil, "", "", timedOut(ctx, err)
+	}
+	res, err := chk.Result()
+	if reason := refusalReason(err); reason != "" {
+		return nil, "", reason, nil
+	}
+	if full(inf.Val()) {
+		return nil, "", "out of memory", nil
+	}
+	if err != nil {
+		return nil, "", "", err
+	}
+	v, err = ints(res, 5)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return v, inf.Val(), "", nil
+}
+
+// record judges check.lua's reply v from the server process id, whose
+// writes are durable or not (see Check), and remembers what it saw for the
+// next Check.
+func (n *Node) record(v []int64, id string, durable bool) lockcore.NodeHealth {
 	h := lockcore.NodeHealth{Initialized: v[0] == 1}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -76,7 +96,7 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.seenInit = n.seenInit || h.Initialized
 	n.lastBeat, n.runID = v[1], id
 	n.trusted.Store(n.protect != "1" || (h.Initialized && !h.Lost && !h.Quarantined))
-	return h, nil
+	return h
 }
 
 // memoryReserve is how close to maxmemory a node may come before it counts
