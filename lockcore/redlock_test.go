@@ -35,16 +35,10 @@ type cluster struct {
 	nodes []*nodetest.Faulty
 }
 
-// newRawNode makes node i of a cluster. By default it is an in-memory node
-// (nodeNow, when not nil, expires its locks); TestWaitingOnRedis swaps in
-// real redis-server nodes to run the waiting suite again. No test of this
-// package runs in parallel, so swapping it is safe.
-var newRawNode = func(t testing.TB, i int, nodeNow func() time.Time) lockcore.Node {
-	return memnode.New(&memnode.Options{Name: fmt.Sprintf("node-%c", 'A'+i), Now: nodeNow})
-}
-
-// newCluster builds n nodes and a Redlock over them. nodeNow, when not nil,
-// is the clock that expires the nodes' locks.
+// newCluster builds n in-memory nodes (memNodes) and a Redlock over them.
+// nodeNow, when not nil, is the clock that expires the nodes' locks. The
+// waiting suite, which also runs on redis-server, builds its clusters with
+// newWaitCluster from a backend instead.
 //
 // Unless opts say otherwise, node calls get 400ms rather than the default
 // 50ms: in-memory nodes answer in microseconds, but a loaded machine running
@@ -54,7 +48,7 @@ func newCluster(t testing.TB, n int, opts *lockcore.Options, nodeNow func() time
 	t.Helper()
 	c := &cluster{}
 	for i := range n {
-		raw := newRawNode(t, i, nodeNow)
+		raw := memNodes.node(t, i, nodeNow)
 		c.raw = append(c.raw, raw)
 		c.nodes = append(c.nodes, nodetest.NewFaulty(raw))
 	}

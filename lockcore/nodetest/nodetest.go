@@ -706,3 +706,14 @@ func (c ifTokenCase) check(t *testing.T, n lockcore.Node, r string, do ifTokenOp
 		t.Fatalf("%s: lock now %+v; changed = %v, want %v", c.name, l, !unchanged, c.changed)
 	}
 }
+
+// MustAcquire acquires req on rl, failing t on an error: for tests of
+// Redlocks over any nodes.
+func MustAcquire(t testing.TB, rl *lockcore.Redlock, req lockcore.AcquireRequest) *lockcore.Lease {
+	t.Helper()
+	l, err := rl.Acquire(context.Background(), req)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", req.Resource, err)
+	}
+	return l
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -128,7 +129,7 @@ func TestAnEmptyRestartUnderALiveHolder(t *testing.T) {
 				cycle(t, rl, res)
 			}
 			c.Kill() // paused, it would run L1's request once resumed
-			l1 := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: lossMaxTTL})
+			l1 := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: lossMaxTTL})
 			c.Restart()
 			restartEmpty(t, a)
 			b.Pause()

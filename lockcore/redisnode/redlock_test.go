@@ -49,15 +49,6 @@ func newRedlock(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options) 
 	return rl
 }
 
-func mustAcquire(t *testing.T, rl *lockcore.Redlock, req lockcore.AcquireRequest) *lockcore.Lease {
-	t.Helper()
-	l, err := rl.Acquire(context.Background(), req)
-	if err != nil {
-		t.Fatalf("acquire %s: %v", req.Resource, err)
-	}
-	return l
-}
-
 // acquireWithin retries Acquire until it succeeds, failing t after d.
 func acquireWithin(t *testing.T, rl *lockcore.Redlock, req lockcore.AcquireRequest, d time.Duration) *lockcore.Lease {
 	t.Helper()
@@ -85,7 +76,7 @@ func TestRedlockBasics(t *testing.T) {
 			}
 			const ttl = 10 * time.Second
 
-			lease := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", TTL: ttl, Owner: "it-worker"})
+			lease := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", TTL: ttl, Owner: "it-worker"})
 			if lease.Token < 1 || lease.Reentered || lease.Validity <= 0 || lease.Validity >= ttl || !lockcore.ValidLeaseID(lease.ID) {
 				t.Fatalf("lease = %+v", lease)
 			}
@@ -100,7 +91,7 @@ func TestRedlockBasics(t *testing.T) {
 				t.Fatalf("inspect = %+v, %v", info, err)
 			}
 
-			retry := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", LeaseID: lease.ID, TTL: ttl})
+			retry := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", LeaseID: lease.ID, TTL: ttl})
 			if !retry.Reentered || retry.Token != lease.Token {
 				t.Fatalf("retry = %+v, want reentered with token %d", retry, lease.Token)
 			}
@@ -133,7 +124,7 @@ func TestRedlockBasics(t *testing.T) {
 			if err = rl.Release(ctx, lockcore.ReleaseRequest{Resource: "basics", LeaseID: lease.ID}); !errors.Is(err, lockcore.ErrNotHeld) {
 				t.Fatalf("second release: err = %v", err)
 			}
-			next := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", TTL: ttl})
+			next := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "basics", TTL: ttl})
 			if next.Token <= lease.Token {
 				t.Fatalf("next token %d after %d", next.Token, lease.Token)
 			}
@@ -274,7 +265,7 @@ func TestRedlockMinorityKilled(t *testing.T) {
 			ctx := context.Background()
 			srvs := redistest.StartN(t, tc.nodes, nil)
 			rl := newRedlock(t, srvs, nil)
-			held := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority", TTL: 10 * time.Second})
+			held := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority", TTL: 10 * time.Second})
 			for _, s := range srvs[tc.nodes-tc.killed:] {
 				s.Kill()
 			}
@@ -290,11 +281,11 @@ func TestRedlockMinorityKilled(t *testing.T) {
 			if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "minority", LeaseID: held.ID}); err != nil {
 				t.Fatalf("release: %v", err)
 			}
-			next := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority", TTL: 10 * time.Second})
+			next := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority", TTL: 10 * time.Second})
 			if next.Token <= held.Token {
 				t.Fatalf("token %d after %d", next.Token, held.Token)
 			}
-			fresh := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority-fresh", TTL: 10 * time.Second})
+			fresh := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority-fresh", TTL: 10 * time.Second})
 			if fresh.Token < 1 {
 				t.Fatalf("fresh lease %+v", fresh)
 			}
@@ -308,7 +299,7 @@ func TestRedlockMajorityKilledRecovers(t *testing.T) {
 			ctx := context.Background()
 			srvs := redistest.StartN(t, tc.nodes, &redistest.Options{AOF: true})
 			rl := newRedlock(t, srvs, nil)
-			before := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 10 * time.Second})
+			before := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 10 * time.Second})
 			if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "majority", LeaseID: before.ID}); err != nil {
 				t.Fatal(err)
 			}
@@ -381,7 +372,7 @@ func TestRedlockPausedNodes(t *testing.T) {
 	// The resumed nodes may still run the failed attempt's acquire after its
 	// undo; that lock is gone within its TTL at the latest.
 	next := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "paused-2", TTL: 5 * time.Second}, 20*time.Second)
-	again := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "paused", TTL: 5 * time.Second})
+	again := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "paused", TTL: 5 * time.Second})
 	if again.Token <= lease.Token || next.Token < 1 {
 		t.Fatalf("tokens after resume: %d (before %d), %d", again.Token, lease.Token, next.Token)
 	}
@@ -406,7 +397,7 @@ func TestWaitEndsOnTimeWithAnUnreachableNode(t *testing.T) {
 	}
 	t.Cleanup(rl.Close)
 	ctx := context.Background()
-	mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "unreachable", TTL: 30 * time.Second})
+	nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "unreachable", TTL: 30 * time.Second})
 
 	const wait = time.Second
 	// A try first, then a subscription to each node: each can take one
@@ -435,7 +426,7 @@ func TestRedlockExpiredLeaseCannotTouchTheNextHolder(t *testing.T) {
 	ctx := context.Background()
 	srvs := redistest.StartN(t, 3, nil)
 	rl := newRedlock(t, srvs, nil)
-	old := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "expire", TTL: itMinTTL})
+	old := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "expire", TTL: itMinTTL})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := rl.Inspect(ctx, "expire")
@@ -451,7 +442,7 @@ func TestRedlockExpiredLeaseCannotTouchTheNextHolder(t *testing.T) {
 		t.Fatalf("extend an expired, free lock: err = %v, want ErrNotHeld", err)
 	}
 
-	newer := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: "expire", TTL: 20 * time.Second, Owner: "newer"})
+	newer := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "expire", TTL: 20 * time.Second, Owner: "newer"})
 	if newer.Token <= old.Token {
 		t.Fatalf("token %d after %d", newer.Token, old.Token)
 	}
@@ -496,7 +487,7 @@ func TestRedlockWaitAcrossReplicas(t *testing.T) {
 	for round := range 4 {
 		holderRL, waiterRL := replicas[round%2], replicas[1-round%2]
 		res := fmt.Sprintf("replicas-%d", round%2) // reused: subscriptions come and go
-		holder := mustAcquire(t, holderRL, lockcore.AcquireRequest{Resource: res, TTL: holdTTL})
+		holder := nodetest.MustAcquire(t, holderRL, lockcore.AcquireRequest{Resource: res, TTL: holdTTL})
 
 		type result struct {
 			lease *lockcore.Lease
