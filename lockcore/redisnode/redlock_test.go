@@ -285,9 +285,15 @@ func TestRedlockMinorityKilled(t *testing.T) {
 			if next.Token <= held.Token {
 				t.Fatalf("token %d after %d", next.Token, held.Token)
 			}
+			// A new name's token is above every token the survivors'
+			// counters for its slot gave out.
+			var prev int64
+			for _, s := range srvs[:tc.nodes-tc.killed] {
+				prev = max(prev, tokensOf(t, s, "minority-fresh"))
+			}
 			fresh := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "minority-fresh", TTL: 10 * time.Second})
-			if fresh.Token < 1 {
-				t.Fatalf("fresh lease %+v", fresh)
+			if fresh.Token <= prev {
+				t.Fatalf("fresh lease's token %d, want above the survivors' counters (%d)", fresh.Token, prev)
 			}
 		})
 	}
@@ -339,7 +345,16 @@ func TestRedlockPausedNodes(t *testing.T) {
 	ctx := context.Background()
 	srvs := redistest.StartN(t, 3, nil)
 	rl := newRedlock(t, srvs, nil)
-	const bound = 10 * time.Second // far above NodeTimeout; a hang would never end
+	// A success costs one node timeout (500ms) on the paused node, a failure
+	// two (the attempt, then the undo). 3s leaves room for a loaded machine
+	// and stays below go-redis's 5s dial timeout, which a call that waited
+	// for a dial instead of its own deadline would add.
+	const bound = 3 * time.Second
+	// The guard's first pass over the nodes is done before the pause, so
+	// the bound measures the calls alone.
+	if err := rl.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	srvs[2].Pause()
 	start := time.Now()
@@ -349,6 +364,8 @@ func TestRedlockPausedNodes(t *testing.T) {
 	}
 	if d := time.Since(start); d > bound {
 		t.Fatalf("acquire took %v with a paused node", d)
+	} else {
+		t.Logf("acquire with one node paused: %v", d)
 	}
 	if _, err := rl.Extend(ctx, lockcore.ExtendRequest{Resource: "paused", LeaseID: lease.ID}); err != nil {
 		t.Fatalf("extend: %v", err)
@@ -365,7 +382,11 @@ func TestRedlockPausedNodes(t *testing.T) {
 	}
 	if d := time.Since(start); d > bound {
 		t.Fatalf("failing took %v", d)
+	} else {
+		t.Logf("failing with two nodes paused: %v", d)
 	}
+	// Node 0 granted the failed attempt (then undid it): its counter moved.
+	failed := tokensOf(t, srvs[0], "paused-2")
 
 	srvs[1].Resume()
 	srvs[2].Resume()
@@ -373,8 +394,8 @@ func TestRedlockPausedNodes(t *testing.T) {
 	// undo; that lock is gone within its TTL at the latest.
 	next := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "paused-2", TTL: 5 * time.Second}, 20*time.Second)
 	again := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "paused", TTL: 5 * time.Second})
-	if again.Token <= lease.Token || next.Token < 1 {
-		t.Fatalf("tokens after resume: %d (before %d), %d", again.Token, lease.Token, next.Token)
+	if again.Token <= lease.Token || next.Token <= failed {
+		t.Fatalf("tokens after resume: %d (before %d), %d (node 0's counter after the failed attempt %d)", again.Token, lease.Token, next.Token, failed)
 	}
 }
 
