@@ -25,7 +25,7 @@ const (
 const DefaultTTLms = 30000
 
 // AcquireRequest is the optional body of PUT /locks/{resource}. Absent fields
-// take their defaults: ttl_ms 30000, wait_ms 0, owner "".
+// take their defaults: ttl_ms the gateway's default TTL, wait_ms 0, owner "".
 type AcquireRequest struct {
 	TTLms  *int64  `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
 	WaitMs *int64  `json:"wait_ms,omitempty" validate:"omitempty,min=0,max=300000"`

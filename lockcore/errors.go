@@ -112,8 +112,12 @@ func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// ErrValidityExhausted is a QuorumError cause: a majority granted (or
-// extended) the lock, but it took so long that less than MinValidity was left.
+// ErrValidityExhausted is a QuorumError cause, from Acquire (and a hand-off
+// to a waiter) and from Extend: a majority granted or extended the lock, but
+// the round took so long that less than MinValidity of the TTL was left
+// after the drift allowance. An Acquire undoes its grants; an Extend leaves
+// the extended TTLs in place (they expire with them). Its text speaks of
+// acquiring for both.
 var ErrValidityExhausted = errors.New("lockcore: acquiring took longer than the lock's validity")
 
 // InvalidError reports a malformed or out-of-range argument.
