@@ -134,22 +134,9 @@ func decodeCursor(s, prefix string, nodes int) (listCursor, error) {
 // is not a Lister; *QuorumError when too few nodes answer; or an error
 // matching ctx.Err().
 func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor string) (*ListPage, error) {
-	if !prefixPattern.MatchString(prefix) {
-		return nil, &InvalidError{Field: "prefix", Reason: "must be at most 200 characters of A-Z a-z 0-9 . _ - :"}
-	}
-	if limit == 0 {
-		limit = DefaultListLimit
-	}
-	if limit < 1 || limit > MaxListLimit {
-		return nil, &InvalidError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
-	}
-	listers := make([]Lister, len(r.nodes))
-	for i, n := range r.nodes {
-		l, ok := n.(Lister)
-		if !ok {
-			return nil, ErrNotSupported
-		}
-		listers[i] = l
+	limit, listers, err := r.listArgs(prefix, limit)
+	if err != nil {
+		return nil, err
 	}
 	c, err := decodeCursor(cursor, prefix, len(r.nodes))
 	if err != nil {
@@ -157,26 +144,15 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor str
 	}
 	page := &ListPage{Locks: []LockInfo{}}
 	for steps := 0; steps < listStepsPerPage; steps++ {
-		// Every quorum includes one of the first N-quorum+1 nodes that
-		// were scanned: past them (and the skipped ones) the listing is
-		// over.
-		if c.Node > len(r.nodes)-r.quorum+bits.OnesCount64(c.Skipped) || c.Node >= len(r.nodes) {
+		if r.listed(c) {
 			return page, nil
 		}
 		sctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
 		names, next, err := listers[c.Node].ScanLocks(sctx, prefix, c.Scan, listScanCount)
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, withCtx(ctx, &NodeError{Node: r.nodes[c.Node].String(), Err: err})
-			}
-			c = listCursor{Prefix: prefix, Node: c.Node + 1, Skipped: c.Skipped | 1<<c.Node}
-			if failed := bits.OnesCount64(c.Skipped); failed > len(r.nodes)-r.quorum {
-				// No quorum can agree on anything: the listing would be
-				// empty for want of nodes, not of locks.
-				r.opt.Observer.QuorumFailed("list")
-				return nil, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
-					Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}})
+			if c, err = r.skipNode(ctx, c, err); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -210,12 +186,59 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor str
 			c.Node++
 			c.Scan = ""
 		}
-		if c.Node > len(r.nodes)-r.quorum+bits.OnesCount64(c.Skipped) || c.Node >= len(r.nodes) {
+		if r.listed(c) {
 			return page, nil
 		}
 	}
 	page.Next = c.encode()
 	return page, nil
+}
+
+// listArgs checks List's prefix and limit, and returns the limit to use and
+// every node as a Lister.
+func (r *Redlock) listArgs(prefix string, limit int) (int, []Lister, error) {
+	if !prefixPattern.MatchString(prefix) {
+		return 0, nil, &InvalidError{Field: "prefix", Reason: "must be at most 200 characters of A-Z a-z 0-9 . _ - :"}
+	}
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return 0, nil, &InvalidError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and %d", MaxListLimit)}
+	}
+	listers := make([]Lister, len(r.nodes))
+	for i, n := range r.nodes {
+		l, ok := n.(Lister)
+		if !ok {
+			return 0, nil, ErrNotSupported
+		}
+		listers[i] = l
+	}
+	return limit, listers, nil
+}
+
+// listed reports whether the listing at c is over: every quorum includes
+// one of the first N-quorum+1 nodes that were scanned, so past them (and
+// the skipped ones) there is nothing left to list.
+func (r *Redlock) listed(c listCursor) bool {
+	return c.Node > len(r.nodes)-r.quorum+bits.OnesCount64(c.Skipped) || c.Node >= len(r.nodes)
+}
+
+// skipNode moves the listing at c past its node, whose scan failed with
+// err, or returns the error List returns: ctx's, or a *QuorumError once no
+// quorum can agree on anything (the listing would be empty for want of
+// nodes, not of locks).
+func (r *Redlock) skipNode(ctx context.Context, c listCursor, err error) (listCursor, error) {
+	if ctx.Err() != nil {
+		return c, withCtx(ctx, &NodeError{Node: r.nodes[c.Node].String(), Err: err})
+	}
+	c = listCursor{Prefix: c.Prefix, Node: c.Node + 1, Skipped: c.Skipped | 1<<c.Node}
+	if failed := bits.OnesCount64(c.Skipped); failed > len(r.nodes)-r.quorum {
+		r.opt.Observer.QuorumFailed("list")
+		return c, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
+			Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}})
+	}
+	return c, nil
 }
 
 // inspectMany reads names on every node and returns, in the order of names,
@@ -249,41 +272,53 @@ func (r *Redlock) inspectMany(ctx context.Context, listers []Lister, names []str
 	now := r.opt.Clock.Now()
 	var out []LockInfo
 	for k, name := range names {
-		byLease := map[string][]int{}
-		for i, v := range views {
-			if v != nil && v[k].Found {
-				byLease[v[k].Lease] = append(byLease[v[k].Lease], i)
-			}
-		}
-		for _, held := range byLease {
-			if len(held) < r.quorum {
-				continue
-			}
-			first := -1
-			for _, i := range held {
-				if c.Skipped&(1<<i) == 0 {
-					first = i
-					break
-				}
-			}
-			if first != c.Node {
-				break // listed (or to be listed) through another node
-			}
-			locks := make([]NodeLock, len(held))
-			for j, i := range held {
-				locks[j] = views[i][k]
-			}
-			out = append(out, r.lockInfo(name, locks, now.Sub(start), now))
-			break
+		if locks := r.listedHere(views, k, c); locks != nil {
+			out = append(out, r.lockInfo(name, locks, start, now))
 		}
 	}
 	return out, nil
 }
 
-// lockInfo describes a lock from the copies of the quorum that holds it, as
-// Inspect does: the quorum-th longest remaining TTL less the time spent and
-// the drift allowance.
-func (r *Redlock) lockInfo(resource string, held []NodeLock, spent time.Duration, now time.Time) LockInfo {
+// listedHere returns the copies of the lock on names[k] (views[i][k] for
+// node i) held by a quorum for one lease, when c.Node is the first scanned
+// node, not skipped, that holds it; nil when no quorum holds it, or when it
+// is listed (or to be listed) through another node.
+func (r *Redlock) listedHere(views [][]NodeLock, k int, c listCursor) []NodeLock {
+	byLease := map[string][]int{}
+	for i, v := range views {
+		if v != nil && v[k].Found {
+			byLease[v[k].Lease] = append(byLease[v[k].Lease], i)
+		}
+	}
+	for _, held := range byLease {
+		if len(held) < r.quorum {
+			continue
+		}
+		first := -1
+		for _, i := range held {
+			if c.Skipped&(1<<i) == 0 {
+				first = i
+				break
+			}
+		}
+		if first != c.Node {
+			return nil
+		}
+		locks := make([]NodeLock, len(held))
+		for j, i := range held {
+			locks[j] = views[i][k]
+		}
+		return locks
+	}
+	return nil
+}
+
+// lockInfo describes a lock from the copies of the quorum that holds it,
+// read in a round begun at start (Inspect, List). The lock stands while a
+// quorum of nodes still holds it: for as long as the quorum-th longest
+// remaining TTL, that is the validity of the lock's TTL less what of it had
+// run out on that node when it answered.
+func (r *Redlock) lockInfo(resource string, held []NodeLock, start, now time.Time) LockInfo {
 	slices.SortFunc(held, func(a, b NodeLock) int { return cmp.Compare(b.Remaining, a.Remaining) })
 	info := LockInfo{Resource: resource}
 	for _, l := range held {
@@ -293,7 +328,8 @@ func (r *Redlock) lockInfo(resource string, held []NodeLock, spent time.Duration
 			info.Owner = l.Owner
 		}
 	}
-	info.Remaining = max(0, held[r.quorum-1].Remaining-spent-r.drift(info.TTL))
+	ranOut := info.TTL - held[r.quorum-1].Remaining
+	info.Remaining = max(0, r.validity(start, now, info.TTL)-ranOut)
 	info.Expires = now.Add(info.Remaining)
 	return info
 }

@@ -955,24 +955,8 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 		if len(held) < r.quorum {
 			continue
 		}
-		// The lock stands while a quorum of nodes still holds it: for
-		// as long as the quorum-th longest remaining TTL, that is the
-		// validity of the lock's TTL less what of it had run out on that
-		// node when it answered.
-		slices.SortFunc(held, func(a, b NodeLock) int { return int(b.Remaining - a.Remaining) })
-		info := &LockInfo{Resource: resource}
-		for _, l := range held {
-			info.Token = max(info.Token, l.Token)
-			info.TTL = max(info.TTL, l.TTL)
-			if info.Owner == "" {
-				info.Owner = l.Owner
-			}
-		}
-		now := r.opt.Clock.Now()
-		ranOut := info.TTL - held[r.quorum-1].Remaining
-		info.Remaining = max(0, r.validity(start, now, info.TTL)-ranOut)
-		info.Expires = now.Add(info.Remaining)
-		return info, nil
+		info := r.lockInfo(resource, held, start, r.opt.Clock.Now())
+		return &info, nil
 	}
 	return nil, ErrNotHeld
 }
