@@ -59,6 +59,11 @@ func newListRedlock(t *testing.T, nodes []lockcore.Node) *lockcore.Redlock {
 		t.Fatal(err)
 	}
 	t.Cleanup(rl.Close)
+	// Its first check initializes new nodes, which the tests then also
+	// write to directly.
+	if err := rl.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return rl
 }
 

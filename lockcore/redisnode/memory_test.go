@@ -130,8 +130,9 @@ func TestMemoryIsBoundedByWhatIsHeld(t *testing.T) {
 			t.Errorf("node %d: %d keys before, %d after %d names: something is kept per name", i, before[i].keys, after[i].keys, names)
 		}
 		// One key per name would take about 100 B each (2 MB for 20,000
-		// names); counters whose values grow a digit take a little more.
-		if growth := after[i].dataset - before[i].dataset; growth > 64<<10 {
+		// names); the allocator's noise was 70-105 KB here, and nothing over
+		// 1,000,000 names (see docs/operations.md).
+		if growth := after[i].dataset - before[i].dataset; growth > 256<<10 {
 			t.Errorf("node %d: the dataset grew %d B over %d names", i, growth, names)
 		}
 		if holding[i].keys != before[i].keys+int64(held) {
