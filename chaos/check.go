@@ -231,8 +231,8 @@ func CheckC3(events []Event, log []Admission, finals map[string]string) (v []Vio
 			leaseOf[a.Resource] = make(map[uint64]string)
 		}
 		if l, ok := leaseOf[a.Resource][a.Token]; ok && l != a.Lease {
-			v = append(v, Violation{Check: "C3", Resource: a.Resource, At: a.At, Detail: fmt.Sprintf(
-				"token %d admitted for two different leases", a.Token)})
+			v = append(v, Violation{Check: "C3", Resource: a.Resource, At: a.At, Leases: []string{l, a.Lease},
+				Detail: fmt.Sprintf("token %d admitted for two different leases (%.12s… then %.12s…)", a.Token, l, a.Lease)})
 		}
 		leaseOf[a.Resource][a.Token] = a.Lease
 		last[a.Resource] = a

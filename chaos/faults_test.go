@@ -189,7 +189,7 @@ func logSummary(t *testing.T, s *Summary) {
 			v.Resource, (v.At - 500*time.Millisecond).Round(time.Millisecond), (v.At + 200*time.Millisecond).Round(time.Millisecond))
 		shown := 0
 		for _, e := range s.Events {
-			if e.Resource == v.Resource && slices.Contains(v.Leases, e.Lease) && shown < 12 {
+			if e.Resource == v.Resource && slices.Contains(v.Leases, e.Lease) && shown < 24 {
 				shown++
 				t.Logf("  gateway %d %v", e.Gateway, e)
 			}
