@@ -22,7 +22,7 @@ var ErrQuarantined = errors.New("lockcore: node is quarantined until repaired (i
 // decrease while the node keeps its data). The lock and its slot's counter
 // change in one atomic step.
 //
-// Every operation but Check, Counters and Ping fails with ErrQuarantined,
+// Every operation but Check, Quarantine, Repair and Ping fails with ErrQuarantined,
 // changing nothing, while the node is quarantined, before it was first
 // initialized (Repair), and after it lost its data, until Repair.
 type Node interface {
@@ -64,8 +64,10 @@ type Node interface {
 	// Quarantine takes the node out of service until Repair (idempotent: a
 	// second call does not restart the quarantine's clock).
 	Quarantine(ctx context.Context) error
-	// Counters returns the node's fencing counters, FenceSlots of them, 0
-	// where a slot has none.
+	// Counters returns the node's fencing counters, FenceSlots of them. It
+	// fails with ErrQuarantined while the node is out of service (see
+	// above), also when it lost its data since it was last checked: only a
+	// node in service may be a source for a repair.
 	Counters(ctx context.Context) ([]int64, error)
 	// Repair raises every slot's counter to at least floor[slot] (floor has
 	// FenceSlots entries) and puts the node in service: initialized, not

@@ -344,6 +344,9 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil {
+		return nil, err
+	}
 	return slices.Clone(n.counters), nil
 }
 

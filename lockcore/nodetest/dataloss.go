@@ -56,6 +56,11 @@ func (s lossSuite) lostNodeRefuses(t *testing.T) {
 	n := s.newNode(t)
 	s.grant(t, n, "loss-held")
 	s.loseData(t, n)
+	// Before anyone checked it: its counters are gone, not zero, or a repair
+	// that read them would rest on a node that forgot the tokens it granted.
+	if _, err := n.Counters(ctx); !errors.Is(err, lockcore.ErrQuarantined) {
+		t.Fatalf("Counters of a node that lost its data: %v, want ErrQuarantined", err)
+	}
 	h, err := n.Check(ctx)
 	if err != nil || !h.Lost || h.Initialized {
 		t.Fatalf("Check after the loss: %+v, %v; want lost and not initialized", h, err)
@@ -63,11 +68,18 @@ func (s lossSuite) lostNodeRefuses(t *testing.T) {
 	wantRefused(t, n, "loss-held", lossLease)
 }
 
-// quarantineKeepsItsStart: a quarantine refuses, keeps its start, and lets counters be read.
+// quarantineKeepsItsStart: counters are read while in service; a
+// quarantine refuses (counters too: a node out of service is no source for
+// a repair) and keeps its start.
 func (s lossSuite) quarantineKeepsItsStart(t *testing.T) {
 	ctx := context.Background()
 	n := s.newNode(t)
 	tok := s.grant(t, n, "loss-q")
+	c, err := n.Counters(ctx)
+	if err != nil || len(c) != lockcore.FenceSlots || c[lockcore.FenceSlot("loss-q")] != tok {
+		t.Fatalf("Counters: %d values, slot %d = %d, %v; want %d values and %d", len(c),
+			lockcore.FenceSlot("loss-q"), valueAt(c, lockcore.FenceSlot("loss-q")), err, lockcore.FenceSlots, tok)
+	}
 	if err := n.Quarantine(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +93,8 @@ func (s lossSuite) quarantineKeepsItsStart(t *testing.T) {
 		t.Fatalf("checks %+v then %+v: want quarantined, its start kept across a second Quarantine", first, again)
 	}
 	wantRefused(t, n, "loss-q", lossLease)
-	c, err := n.Counters(ctx)
-	if err != nil || len(c) != lockcore.FenceSlots || c[lockcore.FenceSlot("loss-q")] != tok {
-		t.Fatalf("Counters: %d values, slot %d = %d, %v; want %d values and %d", len(c),
-			lockcore.FenceSlot("loss-q"), valueAt(c, lockcore.FenceSlot("loss-q")), err, lockcore.FenceSlots, tok)
+	if _, err := n.Counters(ctx); !errors.Is(err, lockcore.ErrQuarantined) {
+		t.Fatalf("Counters of a quarantined node: %v, want ErrQuarantined", err)
 	}
 }
 

@@ -168,28 +168,38 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	return n.rdb.HSet(ctx, metaKey, "qdone", "1").Err()
 }
 
-// Counters implements lockcore.Node: one pipelined HGET per slot.
+// Counters implements lockcore.Node: one pipelined HMGET per slot. A slot
+// without its counter or marked quarantined fails the whole read with
+// lockcore.ErrQuarantined: such a node must not be a source for a repair.
 func (n *Node) Counters(ctx context.Context) ([]int64, error) {
-	pipe := n.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(slotKeys))
-	for i, k := range slotKeys {
-		cmds[i] = pipe.HGet(ctx, k, "n")
+	if !n.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(slotKeys))
+	for i, k := range slotKeys {
+		cmds[i] = pipe.HMGet(ctx, k, "n", "q")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, timedOut(ctx, err)
 	}
 	out := make([]int64, len(cmds))
 	for i, c := range cmds {
-		s, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			continue
+		v := c.Val()
+		if len(v) != 2 || v[1] != nil {
+			return nil, lockcore.ErrQuarantined // quarantined while being read
 		}
-		if err != nil {
-			return nil, err
+		s, ok := v[0].(string)
+		if !ok {
+			return nil, lockcore.ErrQuarantined // the slot is gone: the node lost its data
 		}
+		var err error
 		if out[i], err = strconv.ParseInt(s, 10, 64); err != nil {
 			return nil, fmt.Errorf("redisnode: counter of slot %d is %q: %w", i, s, err)
 		}
+	}
+	if !n.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
 	}
 	return out, nil
 }
