@@ -92,3 +92,34 @@ func TestAStrayCopyDoesNotMakeAFirstGrantAReentry(t *testing.T) {
 		t.Fatalf("the holder again: %+v, %v; want a re-entry with token %d", again, err, l.Token)
 	}
 }
+
+// A token that reaches a client through an extend is fenced on a quorum, as
+// an acquisition's is. Lease X holds on nodes 0 and 1 without a fenced grant
+// (an attempt whose answers were lost left its copies): node 0 minted token
+// 11 for it, node 1 token 1. X's extend answers 11; the next holder, granted
+// by nodes 1 and 2 while node 0 is down, must get a token above 11.
+func TestAnExtendedTokenIsFenced(t *testing.T) {
+	rl, fs := faultyCluster(t, 3)
+	ctx := context.Background()
+	const x = "unfenced-lease-0123456789"
+	if err := fs[0].Inner().RaiseFence(ctx, "unfenced", "nobody-0123456789", 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1} {
+		if rep, err := fs[i].Inner().Acquire(ctx, lockcore.NodeAcquire{Resource: "unfenced", Lease: x, TTL: time.Minute}); err != nil || rep.Status != lockcore.StatusGranted {
+			t.Fatalf("node %d: %+v, %v", i, rep, err)
+		}
+	}
+	l, err := rl.Extend(ctx, lockcore.ExtendRequest{Resource: "unfenced", LeaseID: x})
+	if err != nil || l.Token != 11 {
+		t.Fatalf("extend: %+v, %v; want token 11", l, err)
+	}
+	if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "unfenced", LeaseID: x}); err != nil {
+		t.Fatal(err)
+	}
+	fs[0].SetDown(errOff)
+	next, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "unfenced", TTL: time.Minute})
+	if err != nil || next.Token <= l.Token {
+		t.Fatalf("the next holder: %+v, %v; want a token above %d", next, err, l.Token)
+	}
+}

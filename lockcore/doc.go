@@ -50,8 +50,11 @@
 //     counter in the same atomic step that sets the lock, and returns the
 //     new value.
 //  2. The token t is the largest value returned by the granting nodes.
-//  3. Before answering, the gateway makes sure a majority of nodes hold a
-//     counter ≥ t: nodes that returned t already do; the others are raised with
+//  3. Before answering with a token, whether to an acquisition, a hand-off
+//     or an extend (a lease can come to hold a quorum without a fenced grant:
+//     an attempt whose answers were lost leaves its copies, and the token
+//     they store is then answered by an extend), the gateway makes sure a
+//     majority of nodes hold a counter ≥ t: nodes that returned t already do; the others are raised with
 //     a set-if-greater script. When a majority of the granting nodes already
 //     returned t, no second round trip is needed, and the nodes that answered
 //     lower, or did not answer, are raised in the background (catch-up), so

@@ -552,7 +552,8 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64, results []nodeResult) error {
 	have := 0
 	for _, res := range results {
-		if res.err == nil && res.reply.Token == token && (res.reply.Status == StatusGranted || res.reply.Status == StatusReentered) {
+		if res.err == nil && res.reply.Token == token && (res.reply.Status == StatusGranted ||
+			res.reply.Status == StatusReentered || res.reply.Status == StatusOK) {
 			have++
 		}
 	}
@@ -710,6 +711,14 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	})
 	t := count(results, StatusOK)
 	if err := r.verdict("extend", req.Resource, t); err != nil {
+		return nil, withCtx(ctx, err)
+	}
+	// The token answered must be fenced like an acquisition's: a lease can
+	// hold a quorum without its grant having been fenced (an attempt whose
+	// answers were lost left its copies), and the token its nodes store
+	// may then be one a later grant repeats.
+	if err := r.fence(ctx, req.Resource, req.LeaseID, t.maxToken, results); err != nil {
+		r.quorumFailed(err)
 		return nil, withCtx(ctx, err)
 	}
 	ttl := req.TTL
