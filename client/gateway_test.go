@@ -57,6 +57,11 @@ func startGateway(t *testing.T, n int) *testGateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(locker.Close)
+	// A new cluster is initialized by the gateway's first check: make it
+	// before the tests time anything.
+	if err := locker.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	h, err := handlers.New(locker, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -51,10 +51,12 @@ const (
 	DefaultListLimit = 100
 	// MaxListLimit is the largest page List returns.
 	MaxListLimit = 1000
-	// listScanCount is the COUNT hint of one node scan step.
-	listScanCount = 500
+	// listScanCount is the COUNT hint of one node scan step. A Redis node
+	// also keeps its FenceSlots counters (16,384 keys), which every scan
+	// walks past: a step takes a good share of them.
+	listScanCount = 2000
 	// listStepsPerPage bounds the scan steps one List call takes: with
-	// listScanCount, a page examines at most about 8,000 keys per
+	// listScanCount, a page examines at most about 32,000 keys per
 	// scanned node before it returns, full or not, with a cursor.
 	listStepsPerPage = 16
 )

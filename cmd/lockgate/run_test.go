@@ -479,10 +479,13 @@ func TestRunInterruptedOrWithoutAGateway(t *testing.T) {
 func TestRunStopsTheCommandBeforeTheValidityEndsWhenAMajorityIsFrozen(t *testing.T) {
 	g, srvs := clientGateway(t)
 	log := filepath.Join(t.TempDir(), "log")
-	script := fmt.Sprintf(`trap 'echo term >> %s; exit 143' TERM; echo ready >> %s; while :; do sleep 0.02; done`, log, log)
+	// The command notes SIGTERM and keeps running, so that run (which
+	// releases the lock once its command exits) leaves the lock alone until
+	// its SIGKILL a second later, while this test reads the PTTL.
+	script := fmt.Sprintf(`trap 'echo term >> %s' TERM; echo ready >> %s; while :; do sleep 0.02; done`, log, log)
 	// A 3s TTL: Done closes 300ms before the validity ends, which leaves
 	// room for the trap's latency and for this test's reading of the PTTL.
-	p := startLockgate(t, runArgs(g, "run-frozen", "--ttl", "3s", "--", "sh", "-c", script)...)
+	p := startLockgate(t, runArgs(g, "run-frozen", "--ttl", "3s", "--kill-after", "1s", "--", "sh", "-c", script)...)
 	waitFor(t, log, "ready", 20*time.Second)
 	time.Sleep(1200 * time.Millisecond) // past the first renewal
 	srvs[1].Pause()
