@@ -201,8 +201,9 @@ func tokensOf(t *testing.T, srv *redistest.Server, resource string) int64 {
 }
 
 // TestALaggingNodeCatchesUp: a node that missed grants while down is raised
-// to the current token by the first grant after its return, in the
-// background; unprotected it stays behind.
+// to the current token by the grants after its return, in the background
+// (the first one normally; a later one if that raise failed on a loaded
+// machine); unprotected it stays behind whatever the number of grants.
 func TestALaggingNodeCatchesUp(t *testing.T) {
 	for _, protect := range []bool{true, false} {
 		t.Run(map[bool]string{true: "protected", false: "unprotected"}[protect], func(t *testing.T) {
@@ -219,14 +220,19 @@ func TestALaggingNodeCatchesUp(t *testing.T) {
 			if err := rl.Ready(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			tok := cycle(t, rl, res)
-			deadline := time.Now().Add(2 * time.Second)
-			for tokensOf(t, srvs[2], res) < tok && protect && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
+			var tok, got int64
+			for range 10 {
+				tok = cycle(t, rl, res)
+				deadline := time.Now().Add(500 * time.Millisecond)
+				for got = tokensOf(t, srvs[2], res); got < tok && time.Now().Before(deadline); got = tokensOf(t, srvs[2], res) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if got >= tok {
+					break
+				}
 			}
-			got := tokensOf(t, srvs[2], res)
-			if protect != (got == tok) {
-				t.Fatalf("the returned node's counter is %d after token %d (protected: %v)", got, tok, protect)
+			if protect != (got >= tok) {
+				t.Fatalf("after 10 grants the returned node's counter is %d, the last token %d (protected: %v)", got, tok, protect)
 			}
 		})
 	}
