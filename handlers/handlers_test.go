@@ -152,6 +152,11 @@ func checkContract(t *testing.T, method, target string, res response) {
 	if err != nil {
 		t.Fatalf("openapi.yaml: %v", err)
 	}
+	// HEAD is GET without the content (RFC 9110, 9.3.2): the gateway
+	// answers it on every GET route, and its answer is judged as GET's.
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
 	req := httptest.NewRequest(method, target, nil)
 	route, params, err := router.FindRoute(req)
 	if err != nil {
