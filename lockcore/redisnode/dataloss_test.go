@@ -320,3 +320,32 @@ func TestRestartsAndQuarantine(t *testing.T) {
 		})
 	}
 }
+
+// TestAnUpgradeKeepsTokensGrowing: a node of an earlier lockgate holds
+// per-resource counters (lockgate:{resource}:fence). The gateway finds a
+// new cluster (no node record) and initializes it: the next tokens are
+// above those counters, and the old keys are gone.
+func TestAnUpgradeKeepsTokensGrowing(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	ctx := context.Background()
+	old := map[string]int64{"upgraded-a": 41, "upgraded-b": 7}
+	for _, s := range srvs {
+		rdb := connect(t, s).Client()
+		for res, v := range old {
+			if err := rdb.Set(ctx, "lockgate:{"+res+"}:fence", v, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rl := lossRedlock(t, srvs, true)
+	for res, v := range old {
+		if tok := cycle(t, rl, res); tok <= v {
+			t.Fatalf("%s: token %d after the old counter %d", res, tok, v)
+		}
+	}
+	for _, s := range srvs {
+		if n, err := connect(t, s).Client().Exists(ctx, "lockgate:{upgraded-a}:fence", "lockgate:{upgraded-b}:fence").Result(); err != nil || n != 0 {
+			t.Fatalf("old counters left: %d, %v", n, err)
+		}
+	}
+}

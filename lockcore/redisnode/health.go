@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -205,10 +206,18 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 }
 
 // Repair implements lockcore.Node: repair.lua on every slot (pipelined),
-// then serve.lua: the node is initialized and out of quarantine.
+// then serve.lua: the node is initialized and out of quarantine. The floor
+// also takes in the per-resource counters of an earlier lockgate, if any
+// are on the node (see legacyCounters); they are deleted once the slots
+// hold them.
 func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
+	}
+	floor = slices.Clone(floor)
+	legacy, err := n.legacyCounters(ctx, floor)
+	if err != nil {
+		return err
 	}
 	if err := repairScript.Load(ctx, n.rdb).Err(); err != nil {
 		return err
@@ -223,11 +232,62 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if err := serveScript.Run(ctx, n.rdb, []string{metaKey}).Err(); err != nil {
 		return err
 	}
+	if len(legacy) > 0 { // folded into the slots above: no longer needed
+		pipe := n.rdb.Pipeline()
+		for _, k := range legacy {
+			pipe.Unlink(ctx, k)
+		}
+		if err := execAll(ctx, pipe); err != nil {
+			return err
+		}
+	}
 	n.mu.Lock()
 	n.seenInit = true
 	n.mu.Unlock()
 	n.trusted.Store(true)
 	return nil
+}
+
+// legacyPattern matches the per-resource fencing counters of lockgate
+// before per-slot counters: lockgate:{resource}:fence, plain integers that
+// never expired.
+const legacyPattern = "lockgate:{*}:fence"
+
+// legacyCounters raises floor, per slot, to the per-resource counters an
+// earlier lockgate left on the node (so that tokens keep growing across
+// the upgrade), and returns their keys. It SCANs, never KEYS.
+func (n *Node) legacyCounters(ctx context.Context, floor []int64) ([]string, error) {
+	var keys []string
+	var cursor uint64
+	for {
+		batch, next, err := n.rdb.Scan(ctx, cursor, legacyPattern, 1000).Result()
+		if err != nil {
+			return nil, err
+		}
+		pipe := n.rdb.Pipeline()
+		gets := make([]*redis.StringCmd, len(batch))
+		for i, k := range batch {
+			gets[i] = pipe.Get(ctx, k)
+		}
+		if len(batch) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+		}
+		for i, k := range batch {
+			v, err := gets[i].Int64()
+			if err != nil {
+				continue // gone meanwhile, or not a counter
+			}
+			resource := strings.TrimSuffix(strings.TrimPrefix(k, "lockgate:{"), "}:fence")
+			slot := lockcore.FenceSlot(resource)
+			floor[slot] = max(floor[slot], v)
+			keys = append(keys, k)
+		}
+		if cursor = next; cursor == 0 {
+			return keys, nil
+		}
+	}
 }
 
 // execAll runs a pipeline and returns its first error.
