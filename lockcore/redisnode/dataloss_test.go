@@ -349,3 +349,46 @@ func TestAnUpgradeKeepsTokensGrowing(t *testing.T) {
 		}
 	}
 }
+
+// TestANewServerProcessIsNotCountedBeforeItIsChecked: the guard checks once
+// an hour here, so only the connection hook stands between a node restarted
+// from an older copy and the next grant. L1 holds on A and B (C was down);
+// A comes back from a copy made before L1; B pauses. L2 must not be
+// granted by A and C while L1 holds.
+func TestANewServerProcessIsNotCountedBeforeItIsChecked(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	a, b, c := srvs[0], srvs[1], srvs[2]
+	nodes := make([]lockcore.Node, 3)
+	for i, s := range srvs {
+		nodes[i] = connectURL(t, s.URL())
+	}
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond,
+		MaxTTL: time.Minute, CheckInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	const res = "new-process"
+	cycle(t, rl, res)
+	old := filepath.Join(t.TempDir(), "aof")
+	if err := os.CopyFS(old, os.DirFS(filepath.Join(a.Dir(), "appendonlydir"))); err != nil {
+		t.Fatal(err)
+	}
+	c.Kill()
+	l1 := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: time.Minute})
+	c.Restart()
+	a.Kill()
+	if err := os.RemoveAll(filepath.Join(a.Dir(), "appendonlydir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(filepath.Join(a.Dir(), "appendonlydir"), os.DirFS(old)); err != nil {
+		t.Fatal(err)
+	}
+	a.Restart()
+	b.Pause()
+	defer b.Resume()
+	l2, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+	if err == nil {
+		t.Fatalf("L2 granted %+v while L1 (token %d) holds: A, back from an older copy, was counted unchecked", l2, l1.Token)
+	}
+}
