@@ -1006,6 +1006,10 @@ func (run *thrRun) report() string {
 			mib(float64(r.RedisMem0)), mib(float64(r.RedisMem1)), perLock(float64(r.RedisMem0), float64(r.RedisMem1)))
 	}
 
+	if run.pairs[thrKey{"lockgate-3", scenario{false, 1}}] == nil || run.pairs[thrKey{"redsync-3", scenario{false, 1}}] == nil {
+		b.WriteString("\nTargets of issue 13: not judged (they need both lockgate-3 and redsync-3 in LOCKGATE_BENCH_TARGETS).\n")
+		return b.String()
+	}
 	b.WriteString("\nTargets of issue 13 (lockgate = lockgate-3; pooled over the rounds, then each round's ratio):\n\n")
 	b.WriteString("| measure | target | pooled | per round |\n|---|---|---:|---|\n")
 	unc := func(c int) scenario { return scenario{false, c} }
