@@ -24,6 +24,23 @@
 // failed attempt does not block others until its TTL runs out. Extend needs a
 // majority within the new validity as well. Release is sent to every node.
 //
+// A call is answered once a majority has settled it: acquisitions, extends,
+// releases, fencing write-backs and inspections that a majority of the nodes
+// heard so far grant or confirm do not wait for the others beyond a grace
+// period as long as the call has taken (healthy nodes answer within it), so a
+// slow or hung minority does not slow every call. Failures wait for every node
+// (up to NodeTimeout), since the kind of failure depends on every answer; so
+// does an acquisition in which a node says the lease re-entered, unless the
+// lease is known to have held nothing before (see mayHold). The calls still
+// under way run on, detached from the caller, and their answers are acted on
+// when they come: a late grant with a lower token, or a node that did not
+// answer, is raised to the token given (as in step 3); a late grant with a
+// higher token gives its copy back, since that token was never given to
+// anyone and every copy of a lease must carry the token its holder was given;
+// a late grant to an attempt that failed after all is undone; a late release
+// is announced to the waiters. A hand-off still waits for every node (see
+// Redlock.Release).
+//
 // When this replica has a waiter for the resource, Release hands the lock
 // over instead (HandOffer): each node releases the lock and grants it to the
 // waiter in one atomic step, incrementing its counter as an acquisition
@@ -49,7 +66,9 @@
 //  1. A node's acquisition (and its hand-off) increments the node's
 //     counter in the same atomic step that sets the lock, and returns the
 //     new value.
-//  2. The token t is the largest value returned by the granting nodes.
+//  2. The token t is the largest value returned by the granting nodes heard
+//     before answering (a node heard later is handled as said above, and
+//     never changes t).
 //  3. Before answering with a token, whether to an acquisition, a hand-off
 //     or an extend (a lease can come to hold a quorum without a fenced grant:
 //     an attempt whose answers were lost leaves its copies, and the token

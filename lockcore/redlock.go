@@ -118,6 +118,7 @@ type Redlock struct {
 	// handOff is true when every node is a HandOffer.
 	handOff bool
 	guard   *guard
+	lates   lateLeases // acquisitions answered with calls still under way
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -372,42 +373,6 @@ type nodeResult struct {
 	err   error
 }
 
-// fanout calls fn on every node in parallel, each bounded by NodeTimeout,
-// and returns the results indexed by node.
-//
-// Before the first call it waits for the guard's first pass over the nodes
-// (see guard.ready); a node found quarantined makes the guard look again.
-func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
-	if err := r.guard.ready(ctx); err != nil {
-		out := make([]nodeResult, len(r.nodes))
-		for i, n := range r.nodes {
-			out[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
-		}
-		return out
-	}
-	ch := make(chan nodeResult, len(r.nodes))
-	for i, n := range r.calls {
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
-			defer cancel()
-			rep, err := fn(cctx, i, n)
-			if err != nil {
-				if isQuarantined(err) {
-					r.guard.poke()
-				}
-				err = &NodeError{Node: n.String(), Err: err}
-			}
-			ch <- nodeResult{i: i, reply: rep, err: err}
-		}()
-	}
-	out := make([]nodeResult, len(r.nodes))
-	for range r.nodes {
-		res := <-ch
-		out[res.i] = res
-	}
-	return out
-}
-
 // tally counts node results by outcome.
 type tally struct {
 	ok, taken, absent, mismatch int
@@ -462,14 +427,115 @@ func (t tally) answered() int { return t.ok + t.taken + t.absent + t.mismatch }
 // lock before it (see AcquireRequest.fresh); later rounds of a waiting
 // request keep that.
 func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
-	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
+	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(*req)
-	results := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
+	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
+	rd.until(func(rd *round) bool { return r.grantedEarly(*req, rd) })
 	if !req.tried {
-		req.tried, req.fresh = true, !r.mayHold(results)
+		req.tried, req.fresh = true, !r.mayHold(rd.results)
 	}
-	return r.settle(ctx, *req, start, results)
+	lease, err := r.settle(ctx, *req, start, rd.results)
+	var ll *lateLease
+	if lease != nil && !rd.complete() {
+		ll = r.lates.begin(req.Resource, req.LeaseID)
+		rd.after = func() { r.lates.end(ll) }
+	}
+	rd.rest(func(res nodeResult) { r.lateAcquire(*req, lease, ll, res) })
+	return lease, err
+}
+
+// grantedEarly reports whether the answers heard so far already decide an
+// acquisition round: a quorum granted it, so the nodes still to answer
+// cannot make it fail. Their answers are acted on when they come (see
+// lateAcquire). A node that said it re-entered makes the round wait for
+// every node unless the lease is known to have held nothing before the
+// request: whether the lease re-entered depends on every answer (see
+// mayHold).
+func (r *Redlock) grantedEarly(req AcquireRequest, rd *round) bool {
+	ok := 0
+	for i, res := range rd.results {
+		if !rd.heard[i] || res.err != nil {
+			continue
+		}
+		switch res.reply.Status {
+		case StatusGranted:
+			ok++
+		case StatusReentered:
+			if !req.minted && !req.fresh {
+				return false
+			}
+			ok++
+		}
+	}
+	return ok >= r.quorum
+}
+
+// lateAcquire acts on a node's answer to an acquisition round that came
+// after the round was decided (see round):
+//   - the round granted lease: a node that granted it with a higher token
+//     than the one answered releases that copy (the token was never
+//     answered, and every copy of a lease must carry the token its holder
+//     was given); a node left with a lower counter or token is raised to
+//     the token answered, as catchUp raises the nodes heard; a node that
+//     did not answer is raised too, unless it is quarantined;
+//   - the round failed after all (fencing failed, or the validity ran out):
+//     the late grant is undone as undoAcquire undoes those heard;
+//   - the lease was released through this Redlock meanwhile (ll, see
+//     lateLease): the release may have reached this node before the grant,
+//     so the grant is released.
+func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, res nodeResult) {
+	fresh := req.minted || req.fresh
+	grant := res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
+	if lease == nil {
+		if grant || (res.err != nil && req.minted) {
+			again := make([]bool, len(r.nodes))
+			again[res.i] = true
+			r.undoOn(req.Resource, req.LeaseID, again, req.minted, req.TTL)
+		}
+		return
+	}
+	switch {
+	case grant && ll.released.Load():
+		// Released meanwhile, maybe before this node granted it.
+		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
+			return n.Release(ctx, req.Resource, req.LeaseID, 0)
+		})
+	case grant && res.reply.Token > lease.Token:
+		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
+			return n.Release(ctx, req.Resource, req.LeaseID, res.reply.Token)
+		})
+	default:
+		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+	}
+}
+
+// catchUpLate is catchUp for a node whose answer came after its round was
+// decided with token: a node that answered a lower counter or token, or did
+// not answer (unless it is quarantined), is raised.
+func (r *Redlock) catchUpLate(resource, lease string, token int64, res nodeResult) {
+	if (res.err == nil && res.reply.Token < token) || (res.err != nil && !isQuarantined(res.err)) {
+		r.raiseOn(res.i, resource, lease, token)
+	}
+}
+
+// nodeCall makes one call to node i in the background path of a round's
+// late answers, bounded by NodeTimeout.
+func (r *Redlock) nodeCall(i int, fn func(ctx context.Context, n Node) (NodeReply, error)) (NodeReply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opt.NodeTimeout)
+	defer cancel()
+	return fn(ctx, r.calls[i])
+}
+
+// raiseOn raises node i's counter for resource, and lease's token there,
+// to token (see fence).
+func (r *Redlock) raiseOn(i int, resource, lease string, token int64) {
+	if r.opt.UnsafeNoLossProtection {
+		return
+	}
+	r.nodeCall(i, func(ctx context.Context, n Node) (NodeReply, error) {
+		return NodeReply{}, n.RaiseFence(ctx, resource, lease, token)
+	})
 }
 
 // mayHold reports whether an acquisition round's answers leave room for the
@@ -512,7 +578,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 
 	fail := func(err error) (*Lease, error) {
 		r.quorumFailed(err)
-		r.undoAcquire(ctx, req, results, reentered)
+		r.undoAcquire(req, results, reentered)
 		if ctx.Err() != nil {
 			return nil, errors.Join(ctx.Err(), err)
 		}
@@ -562,20 +628,14 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 		return nil
 	}
 	r.opt.Observer.Fenced()
-	raised := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, lease, token)
 	})
-	ok := 0
-	var causes []error
-	for _, res := range raised {
-		if res.err != nil {
-			causes = append(causes, res.err)
-		} else {
-			ok++
-		}
-	}
-	if ok < r.quorum {
-		return &QuorumError{Op: "fence", Needed: r.quorum, Answered: ok, Causes: causes}
+	rd.until(func(rd *round) bool { return count(rd.results, StatusOK).ok >= r.quorum })
+	t := count(rd.results, StatusOK)
+	rd.rest(nil) // a raise heard late changed what it had to
+	if t.ok < r.quorum {
+		return &QuorumError{Op: "fence", Needed: r.quorum, Answered: t.ok, Causes: t.causes}
 	}
 	return nil
 }
@@ -591,15 +651,12 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 	}
 	for i, res := range results {
 		behind := res.err == nil && res.reply.Token < token
-		unheard := res.err != nil && !isQuarantined(res.err)
+		// Nodes still to answer are raised when they answer (see lateAcquire).
+		unheard := res.err != nil && !isQuarantined(res.err) && !errors.Is(res.err, errUnheard)
 		if !behind && !unheard {
 			continue
 		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), r.opt.NodeTimeout)
-			defer cancel()
-			_ = r.calls[i].RaiseFence(ctx, resource, lease, token)
-		}()
+		go r.raiseOn(i, resource, lease, token)
 	}
 }
 
@@ -616,33 +673,39 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 // answer may hold that earlier lock and is left alone (a copy this attempt
 // made there expires with the TTL), and when any node answered Reentered
 // nothing is released at all: the lease keeps what it had.
-func (r *Redlock) undoAcquire(ctx context.Context, req AcquireRequest, results []nodeResult, reentered bool) {
+func (r *Redlock) undoAcquire(req AcquireRequest, results []nodeResult, reentered bool) {
 	if reentered {
 		return
 	}
-	var undo []bool
-	for _, res := range results {
-		undo = append(undo, (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && req.minted))
+	undo := make([]bool, len(results))
+	for i, res := range results {
+		unheard := res.err != nil && errors.Is(res.err, errUnheard) // undone when it answers (see lateAcquire)
+		undo[i] = (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && req.minted && !unheard)
 	}
+	r.undoOn(req.Resource, req.LeaseID, undo, req.minted, req.TTL)
+}
+
+// undoOn releases lease on the nodes marked in undo and tells the waiting
+// room which released it. A minted lease's releases that failed are tried
+// again in the background (see retryUndo).
+func (r *Redlock) undoOn(resource, lease string, undo []bool, minted bool, ttl time.Duration) {
 	if !slices.Contains(undo, true) {
 		return
 	}
-	// The caller's context may be what ended the attempt; the undo must run.
-	uctx := context.WithoutCancel(ctx)
-	results = r.fanout(uctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+	results := r.fanout(context.Background(), func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		if !undo[i] {
 			return NodeReply{Status: StatusAbsent}, nil
 		}
-		return n.Release(ctx, req.Resource, req.LeaseID, 0)
+		return n.Release(ctx, resource, lease, 0)
 	})
-	r.waits.announce(req.Resource, released(results))
-	if req.minted {
+	r.waits.announce(resource, released(results))
+	if minted {
 		var again []bool
 		for i, res := range results {
 			again = append(again, undo[i] && res.err != nil)
 		}
 		if slices.Contains(again, true) {
-			go r.retryUndo(req.Resource, req.LeaseID, again, req.TTL)
+			go r.retryUndo(resource, lease, again, ttl)
 		}
 	}
 }
@@ -708,7 +771,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	start := r.opt.Clock.Now()
 	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
 		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL, ifToken)
-	})
+	}, func(res nodeResult, token int64) { r.catchUpLate(req.Resource, req.LeaseID, token, res) })
 	t := count(results, StatusOK)
 	if err := r.verdict("extend", req.Resource, t); err != nil {
 		return nil, withCtx(ctx, err)
@@ -758,6 +821,7 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	if err := r.checkRequest(req.Resource, req.LeaseID, 0, noTTL); err != nil {
 		return err
 	}
+	r.lates.release(req.Resource, req.LeaseID)
 	if r.handOff {
 		if next := r.waits.claim(req.Resource, req.LeaseID); next != nil {
 			return r.handOffTo(ctx, req, next)
@@ -765,6 +829,13 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	}
 	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
 		return n.Release(ctx, req.Resource, req.LeaseID, ifToken)
+	}, func(res nodeResult, _ int64) {
+		if res.err == nil && res.reply.Status == StatusOK {
+			if res.reply.Wanted {
+				r.waits.yield(req.Resource)
+			}
+			r.waits.announce(req.Resource, 1<<res.i)
+		}
 	})
 	t := count(results, StatusOK)
 	if wanted(results) {
@@ -810,7 +881,7 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 		rel, got, err := n.(HandOffer).HandOff(ctx, req.LeaseID, ifToken, na)
 		grants[i].reply = got
 		return rel, err
-	})
+	}, nil)
 	var handed uint64
 	for i, res := range results {
 		grants[i].i, grants[i].err = i, res.err
@@ -859,8 +930,30 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 // extended or released. Only a client that sends an older token of the
 // same lease (one it had before re-acquiring with the same lease id) sees
 // this, and the lock still stands on the quorum.
-func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error)) []nodeResult {
-	results := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
+func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error), late func(res nodeResult, token int64)) []nodeResult {
+	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
+	var early func(rd *round) bool // nil: wait for every node
+	if late != nil {
+		early = func(rd *round) bool {
+			t := count(rd.results, StatusOK)
+			return t.ok >= r.quorum && t.mismatch == 0
+		}
+	}
+	rd.until(early)
+	results := rd.results
+	if !rd.complete() {
+		// Decided by a quorum that matched: a node that answers later with a
+		// mismatch is called again without the check, as below.
+		token := count(results, StatusOK).maxToken
+		rd.rest(func(res nodeResult) {
+			if ifToken != 0 && res.err == nil && res.reply.Status == StatusMismatch {
+				res.reply, res.err = r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) { return call(ctx, res.i, n, 0) })
+			}
+			late(res, token)
+		})
+		return results
+	}
+	rd.rest(nil)
 	t := count(results, StatusOK)
 	if ifToken == 0 || t.ok < r.quorum || t.mismatch == 0 {
 		return results
@@ -940,11 +1033,30 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
 	start := r.opt.Clock.Now()
 	locks := make([]NodeLock, len(r.nodes))
-	results := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		l, err := n.Inspect(ctx, resource)
 		locks[i] = l
 		return NodeReply{}, err
 	})
+	// A lease that a quorum of the nodes heard holds decides; later answers
+	// cannot change that. The locks of nodes not heard are not read.
+	heldAt := func(i int) bool { return rd.heard[i] && rd.results[i].err == nil && locks[i].Found }
+	rd.until(func(rd *round) bool {
+		for i := range locks {
+			n := 0
+			for j := range locks {
+				if heldAt(i) && heldAt(j) && locks[j].Lease == locks[i].Lease {
+					n++
+				}
+			}
+			if n >= r.quorum {
+				return true
+			}
+		}
+		return false
+	})
+	results := rd.results
+	rd.rest(nil)
 	var causes []error
 	byLease := map[string][]NodeLock{}
 	for i, res := range results {
@@ -952,8 +1064,8 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 			causes = append(causes, res.err)
 			continue
 		}
-		if l := locks[i]; l.Found {
-			byLease[l.Lease] = append(byLease[l.Lease], l)
+		if heldAt(i) {
+			byLease[locks[i].Lease] = append(byLease[locks[i].Lease], locks[i])
 		}
 	}
 	if answered := len(r.nodes) - len(causes); answered < r.quorum {

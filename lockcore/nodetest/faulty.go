@@ -60,6 +60,7 @@ type Faulty struct {
 	hang         bool
 	lateGrant    bool
 	delay        time.Duration
+	gate         chan struct{}
 	beforeAcq    func(lockcore.NodeAcquire)
 	afterAcquire func(lockcore.NodeAcquire, lockcore.NodeReply)
 
@@ -95,6 +96,11 @@ func (f *Faulty) SetHang(hang bool) { f.locked(func() { f.hang = hang }) }
 // removes the delay.
 func (f *Faulty) SetDelay(d time.Duration) { f.locked(func() { f.delay = d }) }
 
+// SetGate makes every call wait, before it reaches the wrapped node, until
+// gate is closed or the call's context ends; nil removes the gate. Calls
+// already waiting keep waiting for the gate they found.
+func (f *Faulty) SetGate(gate chan struct{}) { f.locked(func() { f.gate = gate }) }
+
 // SetLateGrant makes Acquire and HandOff reach the wrapped node but lose their reply
 // (true), or answer normally again (false).
 func (f *Faulty) SetLateGrant(late bool) { f.locked(func() { f.lateGrant = late }) }
@@ -124,13 +130,20 @@ func (f *Faulty) locked(fn func()) {
 	fn()
 }
 
-// fault applies the faults common to every call (down, hang, delay).
+// fault applies the faults common to every call (down, gate, hang, delay).
 func (f *Faulty) fault(ctx context.Context) error {
 	f.mu.Lock()
-	down, hang, delay := f.down, f.hang, f.delay
+	down, hang, delay, gate := f.down, f.hang, f.delay, f.gate
 	f.mu.Unlock()
 	if down != nil {
 		return down
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if hang {
 		<-ctx.Done()

@@ -1,0 +1,214 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errUnheard stands, in a round's results, for a node that has not
+// answered yet when the round was decided: its call may still run.
+var errUnheard = errors.New("lockcore: no answer yet")
+
+// round is one call to every node in parallel, each bounded by NodeTimeout
+// and by the caller's deadline. Its caller reads the answers as they come
+// (until) and may decide before every node has answered: a slow or hung
+// minority then does not slow the call down. The answers still to come are
+// then handed to a function in the background (rest), which acts on them
+// (see Redlock.late).
+//
+// While the round is undecided, the caller's context ending cancels the
+// calls, as a plain fan-out would. Once it is decided, the calls still
+// running are no longer tied to the caller, whose request may end at once
+// with the answer: they run to their own deadline, so that their answers
+// can be acted on.
+type round struct {
+	results []nodeResult // by node; errUnheard until heard
+	heard   []bool
+	n       int // answers heard
+	began   time.Time
+	ch      chan nodeResult
+	decided atomic.Bool
+	cancel  context.CancelFunc
+	stop    func() bool // stops the link from the caller's context
+	after   func()      // if set, called once rest has passed on every answer
+}
+
+// start begins a round: fn is called on every node. Before the first call
+// it waits for the guard's first pass over the nodes (see guard.ready); if
+// that fails, the round is complete at once, every node answering the
+// error.
+func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) *round {
+	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now()}
+	if err := r.guard.ready(ctx); err != nil {
+		for i, n := range r.nodes {
+			rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
+			rd.heard[i] = true
+		}
+		rd.n = len(r.nodes)
+		return rd
+	}
+	for i, n := range r.nodes {
+		rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: errUnheard}}
+	}
+	rd.ch = make(chan nodeResult, len(r.nodes))
+	// The calls' deadline: NodeTimeout, or the caller's deadline if sooner.
+	deadline := time.Now().Add(r.opt.NodeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	rd.cancel = cancel
+	rd.stop = context.AfterFunc(ctx, func() {
+		// A deadline needs no cancel: the calls' own is no later.
+		if !rd.decided.Load() && errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})
+	for i, n := range r.calls {
+		go func() {
+			rep, err := fn(cctx, i, n)
+			if err != nil {
+				if isQuarantined(err) {
+					r.guard.poke()
+				}
+				err = &NodeError{Node: n.String(), Err: err}
+			}
+			rd.ch <- nodeResult{i: i, reply: rep, err: err}
+		}()
+	}
+	return rd
+}
+
+// until reads answers until done reports true of the results so far, or
+// every node has answered. done sees unheard nodes as errUnheard; nil
+// waits for every node.
+//
+// Once done holds, the nodes still to answer get a grace period as long as
+// the round has taken so far (at least graceMin): healthy nodes answer
+// within about the same time, and a round that hears every node needs no
+// late handling (see Redlock.lateAcquire). Only a node slower than that is
+// left behind.
+func (rd *round) until(done func(rd *round) bool) {
+	for rd.n < len(rd.results) && (done == nil || !done(rd)) {
+		rd.read(<-rd.ch)
+	}
+	if rd.complete() {
+		return
+	}
+	grace := time.NewTimer(max(time.Since(rd.began), graceMin))
+	defer grace.Stop()
+	for rd.n < len(rd.results) {
+		select {
+		case res := <-rd.ch:
+			rd.read(res)
+		case <-grace.C:
+			return
+		}
+	}
+}
+
+// graceMin is the least time a decided round waits for the nodes still to
+// answer (see until).
+const graceMin = 500 * time.Microsecond
+
+func (rd *round) read(res nodeResult) {
+	rd.results[res.i], rd.heard[res.i] = res, true
+	rd.n++
+}
+
+// complete reports whether every node has answered.
+func (rd *round) complete() bool { return rd.n == len(rd.results) }
+
+// rest ends the round: the answers still to come, if any, are passed to
+// late one by one in a goroutine, after which the calls' context is
+// released. With late nil they are dropped. The round must not be used
+// after rest.
+func (rd *round) rest(late func(nodeResult)) {
+	rd.decided.Store(true)
+	if rd.ch == nil {
+		return
+	}
+	if rd.complete() {
+		rd.stop()
+		rd.cancel()
+		return
+	}
+	pending := len(rd.results) - rd.n
+	go func() {
+		for range pending {
+			res := <-rd.ch
+			if late != nil {
+				late(res)
+			}
+		}
+		rd.stop()
+		rd.cancel()
+		if rd.after != nil {
+			rd.after()
+		}
+	}()
+}
+
+// fanout calls fn on every node in parallel, each bounded by NodeTimeout,
+// and returns the results indexed by node once every node has answered.
+func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) []nodeResult {
+	rd := r.start(ctx, fn)
+	rd.until(nil)
+	rd.rest(nil)
+	return rd.results
+}
+
+// lateLease is a lease whose acquisition was answered before every node
+// had: a node may grant it after the caller released it (the release can
+// reach that node first), so a Release of the lease marks it, and a grant
+// heard after the mark is released again (see Redlock.lateAcquire).
+type lateLease struct {
+	key      string
+	released atomic.Bool
+}
+
+// lateLeases tracks the leases whose acquisition still has calls under way.
+type lateLeases struct {
+	n  atomic.Int32 // len(m), read without the lock on Release's path
+	mu sync.Mutex
+	m  map[string]*lateLease
+}
+
+func lateKey(resource, lease string) string { return resource + "\x00" + lease }
+
+// begin starts tracking a lease; end stops it.
+func (ls *lateLeases) begin(resource, lease string) *lateLease {
+	l := &lateLease{key: lateKey(resource, lease)}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = map[string]*lateLease{}
+	}
+	ls.m[l.key] = l
+	ls.n.Store(int32(len(ls.m)))
+	return l
+}
+
+func (ls *lateLeases) end(l *lateLease) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m[l.key] == l {
+		delete(ls.m, l.key)
+	}
+	ls.n.Store(int32(len(ls.m)))
+}
+
+// release marks the lease released, if it is tracked.
+func (ls *lateLeases) release(resource, lease string) {
+	if ls.n.Load() == 0 {
+		return
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.m[lateKey(resource, lease)]; l != nil {
+		l.released.Store(true)
+	}
+}
