@@ -570,9 +570,12 @@ func (p *lockgatePeer) contender(tb testing.TB, i int) func(context.Context, *ac
 
 type redsyncPeer struct{ rs *redsync.Redsync }
 
-func newRedsync(c *cluster) *redsyncPeer {
+func newRedsync(c *cluster) *redsyncPeer { return newRedsyncOn(c.clients) }
+
+// newRedsyncOn is redsync over the given clients, one pool each.
+func newRedsyncOn(clients []*redis.Client) *redsyncPeer {
 	var pools []rsredis.Pool
-	for _, rdb := range c.clients {
+	for _, rdb := range clients {
 		pools = append(pools, rsgoredis.NewPool(rdb))
 	}
 	return &redsyncPeer{rs: redsync.New(pools...)}

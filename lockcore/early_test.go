@@ -2,6 +2,7 @@ package lockcore_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +92,22 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		eventually(t, "node 2 runs the calls it was held for", func() bool {
 			return c.nodes[2].Acquires() == 2 && !c.holders(t, "r")[2].Found
 		})
+	})
+
+	t.Run("a refusal by a quorum", func(t *testing.T) {
+		c := newEarlyCluster(t, nil)
+		holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "held", TTL: earlyTTL})
+		open := c.gate(2)
+		defer open()
+		within(t, "acquire", func() {
+			_, err := c.rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "held", TTL: earlyTTL})
+			if te, ok := errors.AsType[*lockcore.TakenError](err); !ok || te.RetryAfter <= 0 {
+				t.Errorf("acquire of a held lock: %v; want *TakenError with a retry hint", err)
+			}
+		})
+		if h := c.holders(t, "held"); h[0].Lease != holder.ID || h[1].Lease != holder.ID {
+			t.Fatalf("holders %+v; want the holder's lock untouched", h)
+		}
 	})
 
 	t.Run("a late grant with a higher token gives its copy back", func(t *testing.T) {

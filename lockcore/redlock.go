@@ -431,7 +431,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(*req)
 	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
-	rd.until(func(rd *round) bool { return r.grantedEarly(*req, rd) })
+	rd.until(func(rd *round) bool { return r.decidedEarly(*req, rd) })
 	if !req.tried {
 		req.tried, req.fresh = true, !r.mayHold(rd.results)
 	}
@@ -445,15 +445,15 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 	return lease, err
 }
 
-// grantedEarly reports whether the answers heard so far already decide an
-// acquisition round: a quorum granted it, so the nodes still to answer
-// cannot make it fail. Their answers are acted on when they come (see
-// lateAcquire). A node that said it re-entered makes the round wait for
-// every node unless the lease is known to have held nothing before the
-// request: whether the lease re-entered depends on every answer (see
-// mayHold).
-func (r *Redlock) grantedEarly(req AcquireRequest, rd *round) bool {
-	ok := 0
+// decidedEarly reports whether the answers heard so far already decide an
+// acquisition round: a quorum granted it, or a quorum refused it (held by
+// another lease), so the nodes still to answer cannot change the outcome.
+// Their answers are acted on when they come (see lateAcquire). A node that
+// said it re-entered makes the round wait for every node unless the lease
+// is known to have held nothing before the request: whether the lease
+// re-entered depends on every answer (see mayHold).
+func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
+	ok, taken := 0, 0
 	for i, res := range rd.results {
 		if !rd.heard[i] || res.err != nil {
 			continue
@@ -466,9 +466,11 @@ func (r *Redlock) grantedEarly(req AcquireRequest, rd *round) bool {
 				return false
 			}
 			ok++
+		case StatusTaken:
+			taken++
 		}
 	}
-	return ok >= r.quorum
+	return ok >= r.quorum || taken >= r.quorum
 }
 
 // lateAcquire acts on a node's answer to an acquisition round that came
