@@ -1,12 +1,12 @@
 // Package redisnode is a lockcore.Node on one Redis master (go-redis v9).
 //
 // Each operation is one Lua script, loaded once and run with EVALSHA (EVAL on
-// NOSCRIPT), and never retried: a script whose reply was lost may have run,
-// and running it again would turn a grant into a re-entry or a release into
-// "not held" (go-redis's own retry is off; its pool drops a connection that
-// died with a restarted server before using it). Keys carry a hash tag, so
-// that a node can be a Redis Cluster: a script only touches keys of one
-// slot.
+// NOSCRIPT, which means the script did not run), and never retried: a script
+// whose reply was lost may have run, and running it again would turn a grant
+// into a re-entry or a release into "not held" (go-redis's own retry is off;
+// its pool drops a connection that died with a restarted server before using
+// it). Keys carry a hash tag, so that a node can be a Redis Cluster: a script
+// only touches keys of one slot.
 //
 //   - lockgate:{resource}:lock, a hash (lease, tok, owner, ttl, by, x) that
 //     expires with the lock's TTL;
@@ -39,6 +39,28 @@
 // go-redis has made a new one and subscribed again, every standing watch is
 // notified as if a release had been heard. Watch never waits longer than its
 // context, even while go-redis redials an unreachable node.
+//
+// The lock operations (Acquire, Extend, Release, HandOff, RaiseFence,
+// Inspect) of all goroutines share pipelined round trips (see pipe.go). At
+// most a few round trips per node are in flight at once: a call that finds
+// one of them free is sent at once, alone, as before; calls that come while
+// none is free wait, and go together in one pipeline (one write, one read)
+// as soon as one frees. Pipelining changes no call's meaning:
+//   - a call still ends by its context's deadline: a call whose context ends
+//     before it is sent is never sent (its script did not run), and one whose
+//     context ends in flight fails with an error matching
+//     context.DeadlineExceeded, its reply unknown as for a lost reply (the
+//     script may still run later, after calls made since on other
+//     connections, as it could before);
+//   - nothing is sent twice: only calls answered NOSCRIPT, which did not
+//     run, are sent again, with EVAL;
+//   - scripts of one pipeline run one after the other, each atomic as
+//     always. Calls from one goroutine run in the order it makes them, since
+//     each waits for its reply; calls of different goroutines have no order,
+//     as before.
+//
+// Check, Quarantine, Counters, Repair, Ping, listing and pub/sub use the
+// client directly.
 //
 // Run every node with maxmemory-policy noeviction and AOF persistence with
 // appendfsync always (a node that syncs less often is quarantined after every
@@ -143,6 +165,8 @@ type Node struct {
 	// the operation ran on the server meanwhile.
 	trusted atomic.Bool
 
+	pipe *pipe // batches the lock scripts; nil: each runs on its own (benchmarks)
+
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
 	hub     *hub // made by the first Watch
@@ -178,6 +202,12 @@ func New(rawURL string) (*Node, error) { return NewWithOptions(rawURL, nil) }
 
 // NewWithOptions is New with options.
 func NewWithOptions(rawURL string, o *Options) (*Node, error) {
+	return newNode(rawURL, o, true)
+}
+
+// newNode is NewWithOptions; pipelined false runs every script on its own
+// pooled connection, as before the pipe (for benchmarks that compare).
+func newNode(rawURL string, o *Options, pipelined bool) (*Node, error) {
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
@@ -201,7 +231,23 @@ func NewWithOptions(rawURL string, o *Options) (*Node, error) {
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opt.OnConnect = n.onConnect
+	// Pool sizes stay go-redis's defaults. They are caps, not standing
+	// connections (nothing is dialed before it is needed), and the lock
+	// calls use few: at most pipeWorkers round trips in flight, a call sent
+	// alone on the main pool (10 per CPU), a pipeline on the dedicated
+	// pipeline pool (10), which also serves Check's probe and the pipelines
+	// of Quarantine, Counters and Repair (a pipeline that finds it full
+	// takes a connection of the main pool at once). Smaller pools would
+	// save nothing and cost recovery: a pool that has failed PoolSize dials
+	// (a node down for a while) fails every dial at once with the last dial
+	// error until a probe, once a second, reaches the server again. With a
+	// main pool of 8 a node back from a restart still looked down to the
+	// next lock call (TestALaggingNodeThenAnEmptyRestart failed 3 times in
+	// 5).
 	n.rdb = redis.NewClient(opt)
+	if pipelined {
+		n.pipe = newPipe(n.rdb)
+	}
 	return n, nil
 }
 
@@ -242,7 +288,9 @@ func (n *Node) Client() *redis.Client { return n.rdb }
 func (n *Node) String() string { return n.name }
 
 // Close closes the node's connections and ends its watches. The pub/sub
-// connection is closed in the background (see hub.close).
+// connection is closed in the background (see hub.close). Lock calls in
+// flight fail (their reply unknown) and later ones fail with
+// redis.ErrClosed; the pipe's workers have returned when Close does.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	h := n.hub
@@ -251,7 +299,13 @@ func (n *Node) Close() error {
 	if h != nil {
 		h.close()
 	}
-	return n.rdb.Close()
+	if n.pipe == nil {
+		return n.rdb.Close()
+	}
+	n.pipe.close()
+	err := n.rdb.Close() // ends the pipelines in flight
+	n.pipe.wait()
+	return err
 }
 
 func ints(v any, want int) ([]int64, error) {
@@ -387,12 +441,19 @@ func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, want int
 	return v, nil
 }
 
-// eval runs a guarded script while the node is trusted.
+// eval runs a guarded script while the node is trusted, through the pipe.
 func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	if !n.trusted.Load() {
 		return nil, lockcore.ErrQuarantined
 	}
-	res, err := s.Run(ctx, n.rdb, keys, append([]any{n.protect}, args...)...).Result()
+	args = append([]any{n.protect}, args...)
+	var res any
+	var err error
+	if n.pipe != nil {
+		res, err = n.pipe.do(ctx, s, keys, args)
+	} else {
+		res, err = s.Run(ctx, n.rdb, keys, args...).Result()
+	}
 	if !n.trusted.Load() {
 		return nil, lockcore.ErrQuarantined
 	}
