@@ -225,3 +225,55 @@ func TestTheNextHeadSleepsUntilTheLockItsPredecessorGotRunsOut(t *testing.T) {
 		t.Fatalf("second: %+v, want Closed", o)
 	}
 }
+
+func TestAYieldingReplicaLetsTheOtherTryFirst(t *testing.T) {
+	// After Yield, this replica's head does not try for YieldFor, even
+	// when a quorum is announced free, and a new request joins instead of
+	// trying first; once the yield ends, what was due is tried.
+	for _, tc := range []struct {
+		name string
+		// start yields and starts the waiter, returning its outcome.
+		start func(t *testing.T, f *roomFixture, req waitroom.Request[string]) <-chan waitroom.Outcome[lease]
+		// before: attempts made before the yield ends.
+		before int32
+	}{
+		{"a head that hears the lock freed", func(t *testing.T, f *roomFixture, req waitroom.Request[string]) <-chan waitroom.Outcome[lease] {
+			out := f.wait(context.Background(), req)
+			f.asleep(t, 1) // tried before joining and once in the queue
+			f.room.Yield("r")
+			set := f.clock.TimersSet()
+			f.room.Announce("r", 0b011)
+			f.resleep(t, set)
+			return out
+		}, 2},
+		{"a new request", func(t *testing.T, f *roomFixture, req waitroom.Request[string]) <-chan waitroom.Outcome[lease] {
+			f.room.Yield("r")
+			out := f.wait(context.Background(), req)
+			f.asleep(t, 1)
+			return out
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRoom(t)
+			var tries atomic.Int32
+			yieldEnds := f.clock.Now().Add(waitroom.YieldFor)
+			out := tc.start(t, f, waitroom.Request[string]{Resource: "r", Lease: "w", Wait: time.Minute, Try: held(&tries)})
+			if n := tries.Load(); n != tc.before {
+				t.Fatalf("%d attempts while yielding, want %d", n, tc.before)
+			}
+			if s := f.clock.Sleepers(); len(s) != 1 || !s[0].Equal(yieldEnds) {
+				t.Fatalf("the head sleeps until %v, want the end of the yield %v", s, yieldEnds)
+			}
+			set := f.clock.TimersSet()
+			f.clock.Advance(waitroom.YieldFor)
+			f.resleep(t, set)
+			if n := tries.Load(); n != tc.before+1 {
+				t.Fatalf("%d attempts once the yield ended, want %d", n, tc.before+1)
+			}
+			f.room.Close()
+			if o := outcome(t, out); o.End != waitroom.Closed {
+				t.Fatalf("outcome %+v after Close, want Closed", o)
+			}
+		})
+	}
+}
