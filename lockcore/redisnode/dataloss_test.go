@@ -91,7 +91,13 @@ func TestALaggingNodeThenAnEmptyRestart(t *testing.T) {
 				top = max(top, cycle(t, rl, res))
 			}
 			c.Restart()
-			for range 3 {
+			// Protected, these grants catch C up. Unprotected, C stays behind
+			// only while it is never among the first nodes heard, since a
+			// grant heard from C and one other node makes the gateway write
+			// the token back to all three (fencing, step 3): which nodes
+			// answer first is up to the machine, so the unprotected run
+			// goes on at once, with C as far behind as its downtime left it.
+			for range map[bool]int{true: 3}[protect] {
 				top = max(top, cycle(t, rl, res))
 			}
 			time.Sleep(50 * time.Millisecond) // let the catch-up land
