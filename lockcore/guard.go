@@ -241,13 +241,19 @@ func (g *guard) fresh(res []checkResult) bool {
 	return answered >= g.r.quorum
 }
 
+// bootstrap initializes the nodes of a new cluster with zero counters, all
+// at once.
 func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
 	zero := make([]int64, FenceSlots)
+	var wg sync.WaitGroup
 	for i, c := range res {
 		if c.err == nil {
-			g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero) })
+			wg.Go(func() {
+				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero) })
+			})
 		}
 	}
+	wg.Wait()
 }
 
 // do runs a bulk operation on node i and reports a failure as the node's
