@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -179,7 +180,13 @@ func (p *param) absent(r *http.Request) bool {
 // validate checks r against its route as openapi3filter.ValidateRequest
 // does, and returns the same error.
 func (c *contract) validate(r *http.Request, route *routers.Route, params map[string]string) error {
-	in := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route, Options: validationOptions}
+	var in *openapi3filter.RequestValidationInput
+	if st := stateOf(r); st != nil {
+		in = &st.in
+	} else {
+		in = new(openapi3filter.RequestValidationInput)
+	}
+	*in = openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route, Options: validationOptions}
 	op := c.ops[route.Operation]
 	if op == nil || op.full {
 		return openapi3filter.ValidateRequest(r.Context(), in)
@@ -287,7 +294,15 @@ func (c *contract) enforce(limit int64) func(http.Handler) http.Handler {
 			if len(body) > 0 {
 				r.Body, r.GetBody = &st.body, st.reread
 			}
-			if err := c.validate(r, route, params); err != nil {
+			err = c.validate(r, route, params)
+			// The variables were for the validation only (the router finds
+			// them again for the handler): their map goes back to the pool.
+			st.in.PathParams = nil
+			if params != nil {
+				clear(params)
+				varsPool.Put(params)
+			}
+			if err != nil {
 				field, reason := describe(err, c.bounds)
 				p := newProblem(r, http.StatusBadRequest, apiInvalid, field+": "+reason)
 				p.Field = field
@@ -448,9 +463,13 @@ func (t *template) match(path string) bool {
 	return true
 }
 
-// vars returns the variables of a path t matches.
+// varsPool keeps path-variable maps between requests (see
+// contract.enforce, which gives them back).
+var varsPool = sync.Pool{New: func() any { return map[string]string{} }}
+
+// vars returns the variables of a path t matches, in a map from varsPool.
 func (t *template) vars(path string) map[string]string {
-	vars := make(map[string]string, t.nvars)
+	vars := varsPool.Get().(map[string]string)
 	rest := path
 	for i := range t.segs {
 		var seg string

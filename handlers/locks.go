@@ -42,9 +42,13 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	status, outcome, location := http.StatusCreated, "acquired", "/locks/"+lease.Resource
+	status, outcome, location := http.StatusCreated, "acquired", ""
 	if lease.Reentered {
-		status, outcome, location = http.StatusOK, "reentered", ""
+		status, outcome = http.StatusOK, "reentered"
+	} else if p := r.URL.Path; strings.HasPrefix(p, "/locks/") && p[len("/locks/"):] == lease.Resource {
+		location = p // the same string, not made again
+	} else {
+		location = "/locks/" + lease.Resource
 	}
 	setOutcome(r, outcome)
 	setToken(r, lease.Token)
@@ -136,7 +140,10 @@ func ifMatch(r *http.Request) int64 {
 	return n
 }
 
-func etag(token int64) string { return `"` + strconv.FormatInt(token, 10) + `"` }
+func etag(token int64) string {
+	var b [24]byte
+	return string(append(strconv.AppendInt(append(b[:0], '"'), token, 10), '"'))
+}
 
 // writeLease answers a lease with its headers, and Location unless it is "".
 func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease, location string) {

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/xid"
 	"github.com/rs/zerolog"
@@ -30,6 +31,10 @@ type reqState struct {
 	id      string
 	outcome string
 	token   int64
+	// idHeader backs the Request-Id header's value.
+	idHeader [1]string
+	// in is the contract middleware's openapi3filter input.
+	in openapi3filter.RequestValidationInput
 }
 
 type ctxKey int
@@ -76,7 +81,8 @@ func accessLog(log zerolog.Logger) func(http.Handler) http.Handler {
 			start := time.Now()
 			st := &reqState{log: &log, id: xid.New().String()}
 			st.w.ResponseWriter = w
-			w.Header()[hdrRequestID] = []string{st.id}
+			st.idHeader[0] = st.id
+			w.Header()[hdrRequestID] = st.idHeader[:]
 			r = r.WithContext(context.WithValue(r.Context(), stateKey, st))
 			defer st.logAccess(r, start)
 			next.ServeHTTP(&st.w, r)
