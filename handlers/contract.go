@@ -86,8 +86,9 @@ type param struct {
 	skipAbsent bool
 }
 
+// newOperation works out what is checked of op's requests (see operation).
 func newOperation(doc *openapi3.T, item *openapi3.PathItem, op *openapi3.Operation) *operation {
-	o := &operation{body: nil}
+	o := &operation{}
 	if op.RequestBody != nil {
 		o.body = op.RequestBody.Value
 	}
@@ -131,6 +132,8 @@ func alwaysMet(doc *openapi3.T, reqs openapi3.SecurityRequirements) bool {
 	return false
 }
 
+// newParam returns p as checked, with skipAbsent set when openapi3filter
+// passes it whenever the request lacks it (see absent).
 func newParam(p *openapi3.Parameter) param {
 	pp := param{p: p}
 	if p.In == openapi3.ParameterInHeader {
