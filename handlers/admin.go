@@ -65,6 +65,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 // forced reports whether a DELETE asks for a force release (force=true; the
 // contract has refused a value that is not a boolean).
 func forced(r *http.Request) bool {
+	if r.URL.RawQuery == "" {
+		return false
+	}
 	v, err := strconv.ParseBool(r.URL.Query().Get("force"))
 	return err == nil && v
 }

@@ -1,24 +1,18 @@
 package handlers
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/rs/zerolog/hlog"
+	"github.com/rs/zerolog"
 )
-
-// auditInfo carries what the audit line needs from the handler.
-type auditInfo struct{ token int64 }
-
-const auditInfoKey ctxKey = 1
 
 // setToken records the fencing token a state-changing request produced or
 // broke, for the audit line.
 func setToken(r *http.Request, token int64) {
-	if a, ok := r.Context().Value(auditInfoKey).(*auditInfo); ok {
-		a.token = token
+	if st := stateOf(r); st != nil {
+		st.token = token
 	}
 }
 
@@ -34,7 +28,7 @@ func auditOp(r *http.Request) string {
 	case http.MethodPatch:
 		return "extend"
 	case http.MethodDelete:
-		if r.URL.Query().Has("force") {
+		if r.URL.RawQuery != "" && r.URL.Query().Has("force") {
 			return "force"
 		}
 		return "release"
@@ -45,13 +39,16 @@ func auditOp(r *http.Request) string {
 // caller names who made the request: Options.Caller's answer (the bearer
 // token's name), else the client certificate's subject, else "anonymous".
 // Never the token itself.
-func (s *server) caller(r *http.Request) string {
+func (s *server) caller(r *http.Request) string { return s.callerOr(r, certSubject(r)) }
+
+// callerOr is caller with the client certificate's subject already known.
+func (s *server) callerOr(r *http.Request, subject string) string {
 	if s.opt.Caller != nil {
 		if name := s.opt.Caller(r); name != "" {
 			return name
 		}
 	}
-	if subject := certSubject(r); subject != "" {
+	if subject != "" {
 		return subject
 	}
 	return "anonymous"
@@ -72,22 +69,12 @@ func certSubject(r *http.Request) string {
 func (s *server) audit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op := auditOp(r)
-		if op == "" {
-			next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
+		st := stateOf(r)
+		if op == "" || st == nil {
 			return
 		}
-		a := &auditInfo{}
-		r = r.WithContext(context.WithValue(r.Context(), auditInfoKey, a))
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		outcome := ""
-		if info, ok := r.Context().Value(requestInfoKey).(*requestInfo); ok {
-			outcome = info.outcome
-		}
+		status, outcome := st.w.answered(), st.outcome
 		if outcome == "" {
 			// Written by a Middleware (access control, rate limit), which
 			// records no outcome.
@@ -102,14 +89,19 @@ func (s *server) audit(next http.Handler) http.Handler {
 				outcome = strconv.Itoa(status)
 			}
 		}
-		ev := hlog.FromRequest(r).Info().Bool("audit", true).Str("op", op).Str("caller", s.caller(r)).
+		ev := logEvent(r, zerolog.InfoLevel)
+		if ev == nil {
+			return
+		}
+		subject := certSubject(r)
+		ev = ev.Bool("audit", true).Str("op", op).Str("caller", s.callerOr(r, subject)).
 			Str("resource", strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/locks/"), "/")).
 			Str("outcome", outcome).Int("status", status)
-		if subject := certSubject(r); subject != "" {
+		if subject != "" {
 			ev = ev.Str("client_cert", subject)
 		}
-		if a.token > 0 {
-			ev = ev.Int64("fencing_token", a.token)
+		if st.token > 0 {
+			ev = ev.Int64("fencing_token", st.token)
 		}
 		ev.Msg("audit")
 	})

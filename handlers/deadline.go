@@ -27,13 +27,23 @@ func BodyDeadline(d time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if d > 0 && r.Body != nil && r.Body != http.NoBody {
-				if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(d)); err == nil {
+				if err := setReadDeadline(w, time.Now().Add(d)); err == nil {
 					r.Body = &deadlineBody{ReadCloser: r.Body, limit: d}
 				}
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// setReadDeadline is http.NewResponseController(w).SetReadDeadline(t),
+// without making a controller when w has the method itself (net/http's
+// writer does).
+func setReadDeadline(w http.ResponseWriter, t time.Time) error {
+	if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+		return d.SetReadDeadline(t)
+	}
+	return http.NewResponseController(w).SetReadDeadline(t)
 }
 
 // deadlineBody tells a read cut by BodyDeadline from other read errors.

@@ -106,7 +106,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	s := &server{locker: locker, opt: o, validate: newValidator()}
 
 	r := chi.NewRouter()
-	r.Use(withRequestInfo, accessLog(*o.Logger), s.audit, recoverer)
+	r.Use(accessLog(*o.Logger), s.audit, recoverer)
 	r.Use(headAsGet)
 	if o.OnRequest != nil {
 		r.Use(observe(o.OnRequest))

@@ -42,15 +42,17 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	status, outcome := http.StatusCreated, "acquired"
+	status, outcome, location := http.StatusCreated, "acquired", ""
 	if lease.Reentered {
 		status, outcome = http.StatusOK, "reentered"
+	} else if p := r.URL.Path; strings.HasPrefix(p, "/locks/") && p[len("/locks/"):] == lease.Resource {
+		location = p // the same string, not made again
 	} else {
-		w.Header().Set("Location", "/locks/"+lease.Resource)
+		location = "/locks/" + lease.Resource
 	}
 	setOutcome(r, outcome)
 	setToken(r, lease.Token)
-	writeLease(w, status, lease)
+	writeLease(w, status, lease, location)
 }
 
 // extend handles PATCH /locks/{resource}.
@@ -70,7 +72,7 @@ func (s *server) extend(w http.ResponseWriter, r *http.Request) {
 	}
 	setOutcome(r, "extended")
 	setToken(r, lease.Token)
-	writeLease(w, http.StatusOK, lease)
+	writeLease(w, http.StatusOK, lease, "")
 }
 
 // release handles DELETE /locks/{resource}.
@@ -103,8 +105,9 @@ func (s *server) inspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setOutcome(r, "held")
-	w.Header().Set(api.HeaderETag, etag(info.Token))
-	writeJSON(w, http.StatusOK, api.LockInfo{
+	setHeaders(w.Header(), lockHeaders, []string{etag(info.Token), api.MediaJSON})
+	w.WriteHeader(http.StatusOK)
+	encodeJSON(w, &api.LockInfo{
 		Resource: info.Resource, FencingToken: info.Token, Owner: info.Owner,
 		TTLms: info.TTL.Milliseconds(), ExpiresAt: info.Expires.UTC(),
 	})
@@ -130,19 +133,24 @@ func resourceParam(r *http.Request) string { return chi.URLParam(r, "resource") 
 // contract middleware has already checked its form.
 func ifMatch(r *http.Request) int64 {
 	v := strings.Trim(r.Header.Get(api.HeaderIfMatch), `"`)
+	if v == "" {
+		return 0
+	}
 	n, _ := strconv.ParseInt(v, 10, 64)
 	return n
 }
 
-func etag(token int64) string { return `"` + strconv.FormatInt(token, 10) + `"` }
+func etag(token int64) string {
+	var b [24]byte
+	return string(append(strconv.AppendInt(append(b[:0], '"'), token, 10), '"'))
+}
 
-func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease) {
-	h := w.Header()
-	h.Set(api.HeaderLeaseID, l.ID)
-	h.Set(api.HeaderFencingToken, strconv.FormatInt(l.Token, 10))
-	h.Set(api.HeaderETag, etag(l.Token))
-	h.Set("Cache-Control", "no-store")
-	writeJSON(w, status, api.Lease{
+// writeLease answers a lease with its headers, and Location unless it is "".
+func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease, location string) {
+	tag := etag(l.Token)
+	setHeaders(w.Header(), leaseHeaders, []string{l.ID, tag[1 : len(tag)-1], tag, "no-store", api.MediaJSON, location})
+	w.WriteHeader(status)
+	encodeJSON(w, &api.Lease{
 		Resource: l.Resource, LeaseID: l.ID, FencingToken: l.Token,
 		TTLms: l.TTL.Milliseconds(), ValidityMs: l.Validity.Milliseconds(), ExpiresAt: l.Expires.UTC(),
 	})

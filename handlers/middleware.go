@@ -1,73 +1,146 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"reflect"
-	"regexp"
 	"runtime/debug"
 	"strings"
 	"time"
 	"unicode"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/go-playground/validator/v10"
+	"github.com/rs/xid"
 	"github.com/rs/zerolog"
-	"github.com/rs/zerolog/hlog"
-
-	"github.com/lockgate/lockgate/api"
 )
 
-// requestInfo collects what the access log reports about a request.
-type requestInfo struct {
+// reqState is what the middleware keeps about one request, in one
+// allocation made by accessLog: the response writer every later middleware
+// and handler writes through (it sees the status and the size), the request
+// id, what the handlers record for the logs (outcome, fencing token), and
+// the body the contract middleware read.
+type reqState struct {
+	w       respWriter
+	body    bodyReader
+	log     *zerolog.Logger
+	id      string
 	outcome string
+	token   int64
+	// idHeader backs the Request-Id header's value.
+	idHeader [1]string
+	// in is the contract middleware's openapi3filter input.
+	in openapi3filter.RequestValidationInput
 }
 
 type ctxKey int
 
-const requestInfoKey ctxKey = 0
+const stateKey ctxKey = 0
 
-func withRequestInfo(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestInfoKey, &requestInfo{})))
-	})
+// stateOf returns the request's state, or nil outside accessLog.
+func stateOf(r *http.Request) *reqState {
+	st, _ := r.Context().Value(stateKey).(*reqState)
+	return st
 }
 
 // setOutcome records the request's outcome for the access log.
 func setOutcome(r *http.Request, outcome string) {
-	if info, ok := r.Context().Value(requestInfoKey).(*requestInfo); ok {
-		info.outcome = outcome
+	if st := stateOf(r); st != nil {
+		st.outcome = outcome
 	}
 }
 
-// accessLog logs one line per request: method, path, status, latency,
-// resource and outcome. It never logs headers or bodies, so lease ids never
-// reach the log.
-func accessLog(log zerolog.Logger) func(http.Handler) http.Handler {
-	access := hlog.AccessHandler(func(r *http.Request, status, size int, d time.Duration) {
-		ev := hlog.FromRequest(r).Info().
-			Str("method", r.Method).Str("path", r.URL.Path).Int("status", status).
-			Dur("latency", d).Int("size", size)
-		if res, ok := strings.CutPrefix(r.URL.Path, "/locks/"); ok {
-			ev = ev.Str("resource", res)
-		}
-		if info, ok := r.Context().Value(requestInfoKey).(*requestInfo); ok && info.outcome != "" {
-			ev = ev.Str("outcome", info.outcome)
-		}
-		ev.Msg("request")
-	})
-	return func(next http.Handler) http.Handler {
-		return hlog.NewHandler(log)(hlog.RequestIDHandler("req_id", "Request-Id")(access(next)))
+// logEvent starts a log line about the request at level, with its req_id
+// first, as a request logger with req_id in its context would write it
+// (zerolog puts a logger's context right after the level). It is nil, which
+// zerolog ignores, when the level is off.
+func logEvent(r *http.Request, level zerolog.Level) *zerolog.Event {
+	st := stateOf(r)
+	if st == nil {
+		return nil
 	}
+	return st.log.WithLevel(level).Str("req_id", st.id)
+}
+
+// hdrRequestID is the response header with the request id, in canonical
+// form so that it is set without canonicalising it again.
+var hdrRequestID = http.CanonicalHeaderKey("Request-Id")
+
+// accessLog gives each request an id (a 20-character xid, answered in the
+// Request-Id header and logged as req_id) and logs one line per request:
+// method, path, status, latency, size, resource and outcome. It never logs
+// headers or bodies, so lease ids never reach the log. The line is written
+// even when a panic goes through (http.ErrAbortHandler).
+func accessLog(log zerolog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			st := &reqState{log: &log, id: xid.New().String()}
+			st.w.ResponseWriter = w
+			st.idHeader[0] = st.id
+			w.Header()[hdrRequestID] = st.idHeader[:]
+			r = r.WithContext(context.WithValue(r.Context(), stateKey, st))
+			defer st.logAccess(r, start)
+			next.ServeHTTP(&st.w, r)
+		})
+	}
+}
+
+func (st *reqState) logAccess(r *http.Request, start time.Time) {
+	ev := st.log.Info()
+	if ev == nil {
+		return
+	}
+	ev = ev.Str("req_id", st.id).Str("method", r.Method).Str("path", r.URL.Path).Int("status", st.w.status).
+		Dur("latency", time.Since(start)).Int("size", st.w.size)
+	if res, ok := strings.CutPrefix(r.URL.Path, "/locks/"); ok {
+		ev = ev.Str("resource", res)
+	}
+	if st.outcome != "" {
+		ev = ev.Str("outcome", st.outcome)
+	}
+	ev.Msg("request")
+}
+
+// respWriter is the writer accessLog hands on. It remembers the status (the
+// first WriteHeader's, or 200 at the first Write; 0 while nothing is
+// written) and the bytes written, and passes only the first WriteHeader on.
+type respWriter struct {
+	http.ResponseWriter
+	status      int
+	size        int
+	wroteHeader bool
+}
+
+func (w *respWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *respWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	n, err := w.ResponseWriter.Write(b)
+	w.size += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush,
+// deadlines).
+func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// answered is the status answered so far, 200 when nothing was written
+// (what net/http then sends).
+func (w *respWriter) answered() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }
 
 // recoverer turns a panic into a logged 500 problem instead of a dropped
@@ -79,7 +152,7 @@ func recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				hlog.FromRequest(r).Error().Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("handler panicked")
+				logEvent(r, zerolog.ErrorLevel).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack()).Msg("handler panicked")
 				problem(w, r, http.StatusInternalServerError, apiInternal, "unexpected error")
 			}
 		}()
@@ -87,154 +160,26 @@ func recoverer(next http.Handler) http.Handler {
 	})
 }
 
-// contract enforces openapi.yaml on requests.
-type contract struct {
-	router routers.Router
-	// bounds, if set, says what a field outside the server's configured
-	// range must be (see boundsOf).
-	bounds func(field string) (reason string, ok bool)
-}
-
-func newContract(spec []byte) (*contract, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(spec)
-	if err != nil {
-		return nil, fmt.Errorf("handlers: openapi.yaml: %w", err)
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("handlers: openapi.yaml is invalid: %w", err)
-	}
-	router, err := gorillamux.NewRouter(doc)
-	if err != nil {
-		return nil, fmt.Errorf("handlers: openapi.yaml routes: %w", err)
-	}
-	return &contract{router: router}, nil
-}
-
-// enforce reads the body (at most limit bytes: 413 beyond), refuses a body
-// that is not JSON (415), and validates parameters, headers and body against
-// the OpenAPI document (400 naming the field). Routes the document does not
-// know pass through to the router's 404 and 405.
-func (c *contract) enforce(limit int64) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			route, params, err := c.router.FindRoute(r)
-			if err != nil {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if route.Operation.RequestBody == nil {
-				// GET and DELETE take no body. One sent anyway is ignored,
-				// as RFC 9110 allows, not refused with a 413 or 415 that
-				// their contract does not list; it is never read.
-				r.Body = http.NoBody
-			}
-			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-			if err != nil {
-				detail := "body: could not be read"
-				var slow *slowBodyError
-				if errors.As(err, &slow) {
-					detail = "body: " + slow.Error() + "; the connection is closed"
-				}
-				p := newProblem(r, http.StatusBadRequest, apiInvalid, detail)
-				p.Field = "body"
-				writeProblem(w, r, p, apiInvalid)
-				return
-			}
-			if int64(len(body)) > limit {
-				problem(w, r, http.StatusRequestEntityTooLarge, apiTooLarge, fmt.Sprintf("the body is over %d bytes", limit))
-				return
-			}
-			if len(body) > 0 {
-				mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-				if mt != api.MediaJSON {
-					problem(w, r, http.StatusUnsupportedMediaType, apiMediaType, "the body must be application/json")
-					return
-				}
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			in := &openapi3filter.RequestValidationInput{
-				Request: r, PathParams: params, Route: route,
-				Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
-			}
-			if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-				field, reason := describe(err, c.bounds)
-				p := newProblem(r, http.StatusBadRequest, apiInvalid, field+": "+reason)
-				p.Field = field
-				writeProblem(w, r, p, apiInvalid)
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-var unknownProperty = regexp.MustCompile(`^property "([^"]+)" is unsupported`)
-
-// describe names the field of a validation error and says what is wrong with
-// it, without echoing the value (a header may carry a lease id).
-//
-// A number outside the contract's range for a field the server bounds more
-// tightly (ttl_ms, wait_ms) is described by bounds, so that 0 and 50 both
-// name the server's configured range rather than the contract's wider one.
-func describe(err error, bounds func(string) (string, bool)) (field, reason string) {
-	var re *openapi3filter.RequestError
-	if !errors.As(err, &re) {
-		return "request", "does not match the API contract"
-	}
-	var se *openapi3.SchemaError
-	hasSchema := errors.As(err, &se)
-	switch {
-	case re.Parameter != nil:
-		field = re.Parameter.Name
-		if hasSchema {
-			reason = se.Reason
-		} else if errors.Is(err, openapi3filter.ErrInvalidRequired) {
-			reason = "is required"
-		} else {
-			reason = "is malformed"
-		}
-	case hasSchema:
-		field = strings.Join(se.JSONPointer(), ".")
-		reason = se.Reason
-		if se.SchemaField == "minimum" || se.SchemaField == "maximum" {
-			if bounds != nil {
-				if b, ok := bounds(field); ok {
-					reason = b
-				}
-			}
-		}
-		if m := unknownProperty.FindStringSubmatch(se.Reason); field == "" && m != nil {
-			field, reason = m[1], "is not a known field"
-		}
-		if field == "" {
-			field = "body"
-		}
-	default:
-		field, reason = "body", "is not valid JSON for this operation"
-	}
-	if reason == "" {
-		reason = "is invalid"
-	}
-	return field, reason
-}
-
 // decode reads the (already validated) JSON body into v, refusing unknown
 // fields and trailing data, and checks v's validate tags. An empty body
 // leaves v at its zero value. It answers the problem itself and returns false
 // on a bad body.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		badBody(w, r, err)
-		return false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		p := newProblem(r, http.StatusBadRequest, apiInvalid, "body: trailing data after the JSON object")
-		p.Field = "body"
-		writeProblem(w, r, p, apiInvalid)
-		return false
+	if b, ok := r.Body.(*bodyReader); !ok || b.Len() > 0 {
+		// An empty body, which the decoder would read as io.EOF twice, is
+		// not given to one.
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+			badBody(w, r, err)
+			return false
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			p := newProblem(r, http.StatusBadRequest, apiInvalid, "body: trailing data after the JSON object")
+			p.Field = "body"
+			writeProblem(w, r, p, apiInvalid)
+			return false
+		}
 	}
 	if err := s.validate.Struct(v); err != nil {
 		var ve validator.ValidationErrors

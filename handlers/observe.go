@@ -48,12 +48,13 @@ func Operation(method, path string) string {
 
 // observe calls fn once per request with its operation, outcome, status and
 // duration. It runs inside the recoverer, so a panic is reported here as the
-// 500 the recoverer is about to answer.
+// 500 the recoverer is about to answer. The status is the one accessLog's
+// writer saw: nothing between accessLog and observe writes, but for the
+// recoverer's 500 after a panic, which observe reports itself.
 func observe(fn func(op, outcome string, status int, d time.Duration)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			sw := &statusWriter{ResponseWriter: w}
 			op := Operation(r.Method, r.URL.Path)
 			defer func() {
 				if v := recover(); v != nil {
@@ -63,14 +64,10 @@ func observe(fn func(op, outcome string, status int, d time.Duration)) func(http
 					panic(v)
 				}
 			}()
-			next.ServeHTTP(sw, r)
-			outcome := ""
-			if info, ok := r.Context().Value(requestInfoKey).(*requestInfo); ok {
-				outcome = info.outcome
-			}
-			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
+			next.ServeHTTP(w, r)
+			outcome, status := "", http.StatusOK
+			if st := stateOf(r); st != nil {
+				outcome, status = st.outcome, st.w.answered()
 			}
 			if outcome == "" {
 				// Written by a Middleware such as access control, which
@@ -86,27 +83,3 @@ func observe(fn func(op, outcome string, status int, d time.Duration)) func(http
 		})
 	}
 }
-
-// statusWriter remembers the status a handler wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer (Flush,
-// deadlines).
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

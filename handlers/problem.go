@@ -1,14 +1,17 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
-	"github.com/rs/zerolog/hlog"
+	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
@@ -70,7 +73,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		for i, c := range quorum.Causes {
 			causes[i] = c.Error()
 		}
-		hlog.FromRequest(r).Warn().Str("op", quorum.Op).Int("answered", quorum.Answered).
+		logEvent(r, zerolog.WarnLevel).Str("op", quorum.Op).Int("answered", quorum.Answered).
 			Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusServiceUnavailable, apiNoQuorum,
@@ -82,7 +85,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusServiceUnavailable, apiShuttingDown, "the gateway is shutting down; try another replica or again")
 	default:
-		hlog.FromRequest(r).Error().Err(err).Msg("unexpected error")
+		logEvent(r, zerolog.ErrorLevel).Err(err).Msg("unexpected error")
 		problem(w, r, http.StatusInternalServerError, apiInternal, "unexpected error")
 	}
 }
@@ -108,16 +111,70 @@ func problem(w http.ResponseWriter, r *http.Request, status int, kind problemKin
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p *api.Problem, kind problemKind) {
 	setOutcome(r, kind.outcome)
-	w.Header().Set("Content-Type", api.MediaProblem)
-	w.Header().Set("Cache-Control", "no-store")
+	setHeaders(w.Header(), problemHeaders, []string{api.MediaProblem, "no-store"})
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	encodeJSON(w, p)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", api.MediaJSON)
+	setHeaders(w.Header(), jsonHeaders, []string{api.MediaJSON})
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	encodeJSON(w, v)
+}
+
+// Canonical names of the response headers the handlers set (see
+// setHeaders), and the lists they are set in.
+var (
+	hdrContentType  = http.CanonicalHeaderKey("Content-Type")
+	hdrCacheControl = http.CanonicalHeaderKey("Cache-Control")
+	hdrLocation     = http.CanonicalHeaderKey("Location")
+	hdrLeaseID      = http.CanonicalHeaderKey(api.HeaderLeaseID)
+	hdrFencingToken = http.CanonicalHeaderKey(api.HeaderFencingToken)
+	hdrETag         = http.CanonicalHeaderKey(api.HeaderETag)
+
+	problemHeaders = []string{hdrContentType, hdrCacheControl}
+	jsonHeaders    = []string{hdrContentType}
+	leaseHeaders   = []string{hdrLeaseID, hdrFencingToken, hdrETag, hdrCacheControl, hdrContentType, hdrLocation}
+	lockHeaders    = []string{hdrETag, hdrContentType}
+)
+
+// setHeaders does h.Set(names[i], vals[i]) for each value but "", which
+// leaves its header alone, with one allocation in all (vals) instead of one
+// per header. names must be in canonical form. Each header gets a slice of
+// vals whose capacity ends at its value, so that adding to it copies.
+func setHeaders(h http.Header, names, vals []string) {
+	for i := range vals {
+		if vals[i] != "" {
+			h[names[i]] = vals[i : i+1 : i+1]
+		}
+	}
+}
+
+// jsonBuffer is an encoder with its buffer, kept in jsonBuffers between
+// answers.
+type jsonBuffer struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var jsonBuffers = sync.Pool{New: func() any {
+	b := &jsonBuffer{}
+	b.enc = json.NewEncoder(&b.buf)
+	return b
+}}
+
+// encodeJSON writes v as json.NewEncoder(w).Encode(v) does (with its
+// newline, in one Write, nothing when v cannot be encoded), with a pooled
+// encoder and buffer.
+func encodeJSON(w io.Writer, v any) {
+	b := jsonBuffers.Get().(*jsonBuffer)
+	b.buf.Reset()
+	if err := b.enc.Encode(v); err == nil {
+		_, _ = w.Write(b.buf.Bytes())
+	}
+	if b.buf.Cap() <= 64<<10 {
+		jsonBuffers.Put(b)
+	}
 }
 
 // lockNodes says "1 lock node" or "n lock nodes".

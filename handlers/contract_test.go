@@ -1,0 +1,308 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	lockgate "github.com/lockgate/lockgate"
+)
+
+// The contract middleware finds routes and validates requests with its own
+// shortcuts (routeFinder, operation). These tests hold them to what
+// kin-openapi's gorillamux router and openapi3filter.ValidateRequest answer
+// for the same requests, over openapi.yaml.
+
+func loadSpec(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(lockgate.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// routePaths are paths to route: the document's, near misses and
+// escapes.
+var routePaths = []string{
+	"/", "", "/locks", "/locks/", "/locks/a", "/locks/a/", "/locks//", "/locks/a/b", "/locks/a%2Fb",
+	"/locks/%7Bresource%7D", "/locks/{resource}", "/locks/a.b:c_d-e", "/locks/ñ", "/locks/a%00b", "/locks/a b",
+	"/locks/" + strings.Repeat("r", 300), "//locks/a", "/locks//a", "/LOCKS/a", "/locks?x=1", "/locksx",
+	"/healthz", "/healthz/", "/readyz", "/metrics", "/openapi.yaml", "/openapi.yamlx", "/openapi", "/nope",
+	"/locks/healthz", "/healthz/x", "/locks/..", "/locks/.", "/locks/%2e%2e",
+}
+
+var routeMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodPost,
+	http.MethodOptions, http.MethodTrace, "QUERY", "get", "PROPFIND",
+}
+
+// randomPath builds a path from pieces that matter to routing.
+func randomPath(rng *rand.Rand) string {
+	pieces := []string{"/", "/", "/", "locks", "healthz", "readyz", "metrics", "openapi.yaml", "a", "%2F", "%25",
+		"{", "}", ".", "..", "ñ", " ", "%20", "resource", ":", "_"}
+	var b strings.Builder
+	for range 1 + rng.IntN(6) {
+		b.WriteString(pieces[rng.IntN(len(pieces))])
+	}
+	return b.String()
+}
+
+func TestRouteFinderAnswersAsGorillamux(t *testing.T) {
+	doc := loadSpec(t)
+	mux, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newRouteFinder(doc, mux)
+	if f.templates == nil {
+		t.Fatal("openapi.yaml is routed by gorillamux itself: the comparison would compare it with itself")
+	}
+	paths := append([]string(nil), routePaths...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 3000 {
+		paths = append(paths, randomPath(rng))
+	}
+	compared := 0
+	for _, path := range paths {
+		for _, method := range routeMethods {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.Method = method
+			// Set the path as a client sends it, escapes and all.
+			req.URL.Path, req.URL.RawPath = path, ""
+			if p, err := urlPathUnescape(path); err == nil && p != path {
+				req.URL.Path, req.URL.RawPath = p, path
+			}
+			wantRoute, wantVars, wantErr := mux.FindRoute(req)
+			route, vars, err := f.FindRoute(req)
+			compared++
+			if !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
+				t.Errorf("%s %q: error %v, gorillamux %v", method, path, err, wantErr)
+				continue
+			}
+			if err != nil {
+				continue
+			}
+			if *route != *wantRoute {
+				t.Errorf("%s %q: route %+v, gorillamux %+v", method, path, *route, *wantRoute)
+			}
+			if !maps.Equal(vars, wantVars) {
+				t.Errorf("%s %q: vars %v, gorillamux %v", method, path, vars, wantVars)
+			}
+		}
+	}
+	t.Logf("%d requests routed alike", compared)
+}
+
+// urlPathUnescape is url.PathUnescape without importing net/url twice in
+// spirit: a request's Path is its RawPath unescaped.
+func urlPathUnescape(s string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://h"+s, nil)
+	if err != nil {
+		return "", err
+	}
+	return req.URL.Path, nil
+}
+
+func TestNewTemplateTakesOnlyWhatItMatchesAsMuxDoes(t *testing.T) {
+	tests := []struct {
+		path string
+		ok   bool
+	}{
+		{"/locks/{resource}", true},
+		{"/locks", true},
+		{"/", true},
+		{"/a/{x}/b/{y}", true},
+		{"/a/", true},
+		{"/books/{id}.json", false},
+		{"/a/{x:[0-9]+}", false},
+		{"/a/{}", false},
+		{"/a/{x", false},
+		{"/a/x}", false},
+		{"/a/{{x}}", false},
+		{"a/{x}", false},
+	}
+	for _, tt := range tests {
+		if got := newTemplate(tt.path) != nil; got != tt.ok {
+			t.Errorf("newTemplate(%q) taken: %v, want %v", tt.path, got, tt.ok)
+		}
+	}
+}
+
+func TestRouteFinderLeavesOtherServersToGorillamux(t *testing.T) {
+	for _, servers := range []openapi3.Servers{
+		{{URL: "/v1"}},
+		{{URL: "https://example.com/"}},
+		{{URL: "/"}, {URL: "/v2"}},
+	} {
+		doc := loadSpec(t)
+		doc.Servers = servers
+		mux, err := gorillamux.NewRouter(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := newRouteFinder(doc, mux); f.templates != nil {
+			t.Errorf("servers %v: matched by the route finder, not gorillamux", servers[0].URL)
+		}
+	}
+}
+
+// validationCase is a request to validate.
+type validationCase struct {
+	method, path, query, body string
+	hdr                       map[string][]string
+}
+
+func (c validationCase) request(oldBody bool) *http.Request {
+	req := httptest.NewRequest(c.method, "/", nil)
+	req.URL.Path, req.URL.RawQuery = c.path, c.query
+	req.Header = http.Header{}
+	maps.Copy(req.Header, c.hdr)
+	if c.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	// As the contract middleware hands the body on: before, always a
+	// reader (empty for an empty body); now no body when empty.
+	switch {
+	case oldBody:
+		req.Body = io.NopCloser(bytes.NewReader([]byte(c.body)))
+	case c.body == "":
+		req.Body = http.NoBody
+	default:
+		st := &reqState{}
+		st.body.Reset([]byte(c.body))
+		req.Body, req.GetBody = &st.body, st.reread
+	}
+	return req
+}
+
+func TestValidationAnswersAsValidateRequest(t *testing.T) {
+	c, err := newContract(lockgate.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = "lease-A-0123456789abcdef"
+	paths := []string{"/locks/a", "/locks/bad!", "/locks/%20", "/locks/" + strings.Repeat("r", 201), "/locks", "/healthz", "/readyz", "/openapi.yaml", "/metrics"}
+	leaseIDs := []map[string][]string{nil, {"Lease-Id": {lease}}, {"Lease-Id": {"short"}}, {"Lease-Id": {""}}, {"Lease-Id": {}}, {"Lease-Id": {lease, "x"}}}
+	ifMatches := []map[string][]string{nil, {"If-Match": {`"42"`}}, {"If-Match": {"42"}}, {"If-Match": {}}}
+	queries := []string{"", "force=true", "force=maybe", "force=", "force", "limit=0", "limit=5&prefix=a", "prefix=!", "cursor=" + strings.Repeat("c", 3000), "other=1", "%zz"}
+	bodies := []string{"", `{"ttl_ms":1000}`, `{"ttl_ms":"x"}`, `{"ttl_ms":0}`, `{"zzz":1}`, `null`, `[`, `{"owner":"a","wait_ms":10}`, `{"wait_ms":-1}`}
+	methods := []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete}
+	// The route finder's routes are shared by all requests: validation
+	// must leave them as they were.
+	f := c.router.(*routeFinder)
+	before := map[*routers.Route]routers.Route{}
+	for _, tp := range f.templates {
+		for _, r := range tp.routes {
+			before[r] = *r
+		}
+	}
+	defer func() {
+		for r, was := range before {
+			if *r != was {
+				t.Errorf("validation changed the shared route %s %s", was.Method, was.Path)
+			}
+		}
+	}()
+	checked, failed := 0, 0
+	for _, method := range methods {
+		for _, path := range paths {
+			for _, l := range leaseIDs {
+				for _, im := range ifMatches {
+					for _, q := range queries {
+						for _, body := range bodies {
+							hdr := map[string][]string{}
+							maps.Copy(hdr, l)
+							maps.Copy(hdr, im)
+							vc := validationCase{method, path, q, body, hdr}
+							ref := vc.request(true)
+							route, params, err := c.router.FindRoute(ref)
+							if err != nil {
+								continue
+							}
+							want := openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
+								Request: ref, PathParams: params, Route: route, Options: validationOptions,
+							})
+							req := vc.request(false)
+							route, params, err = c.router.FindRoute(req)
+							if err != nil {
+								t.Fatalf("%+v: %v", vc, err)
+							}
+							got := c.validate(req, route, params)
+							checked++
+							if (got == nil) != (want == nil) || (got != nil && got.Error() != want.Error()) {
+								failed++
+								if failed < 20 {
+									t.Errorf("%s %s?%s %v %q:\n got  %v\n want %v", method, path, q, hdr, body, got, want)
+								}
+								continue
+							}
+							if got != nil {
+								gf, gr := describe(got, nil)
+								wf, wr := describe(want, nil)
+								if gf != wf || gr != wr {
+									t.Errorf("%s %s?%s %v %q: described as %s: %s, want %s: %s", method, path, q, hdr, body, gf, gr, wf, wr)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked < 10000 {
+		t.Fatalf("only %d requests compared", checked)
+	}
+	t.Logf("%d requests validated alike", checked)
+}
+
+func TestAlwaysMet(t *testing.T) {
+	doc := loadSpec(t)
+	tests := []struct {
+		name string
+		reqs openapi3.SecurityRequirements
+		want bool
+	}{
+		{"none", nil, true},
+		{"anonymous or bearer", openapi3.SecurityRequirements{{}, {"bearerAuth": {}}}, true},
+		{"bearer", openapi3.SecurityRequirements{{"bearerAuth": {}}}, true},
+		{"an undeclared scheme", openapi3.SecurityRequirements{{"nope": {}}}, false},
+		{"an undeclared scheme or bearer", openapi3.SecurityRequirements{{"nope": {}}, {"bearerAuth": {}}}, true},
+	}
+	for _, tt := range tests {
+		if got := alwaysMet(doc, tt.reqs); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+		// What alwaysMet claims, openapi3filter does.
+		if tt.want {
+			mux, err := gorillamux.NewRouter(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/locks/a", strings.NewReader("{}"))
+			route, params, err := mux.FindRoute(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: validationOptions}
+			if err := openapi3filter.ValidateSecurityRequirements(context.Background(), in, tt.reqs); err != nil {
+				t.Errorf("%s: openapi3filter refuses: %v", tt.name, err)
+			}
+		}
+	}
+}
