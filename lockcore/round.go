@@ -61,6 +61,9 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 	}
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	rd.cancel = cancel
+	if errors.Is(ctx.Err(), context.Canceled) {
+		cancel() // no call of a caller that has left starts
+	}
 	rd.stop = context.AfterFunc(ctx, func() {
 		// A deadline needs no cancel: the calls' own is no later.
 		if !rd.decided.Load() && errors.Is(ctx.Err(), context.Canceled) {
