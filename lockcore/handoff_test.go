@@ -190,7 +190,12 @@ func testAReleaseThroughAnotherReplicaWakesTheHeadInstead(t *testing.T, b backen
 	rb := c.replica(t, nil)
 	holder := mustAcquire(t, rb, lockcore.AcquireRequest{Resource: "elsewhere", TTL: holdTTL})
 	_, ops := handOffCase(t, c, obs, rb, holder)
-	if ops["acquire"] != 3 || ops["handoff"] != 0 {
+	// The head's round answers at a quorum; its third call may follow, and
+	// so may the third call of its first attempt, refused by a quorum.
+	for k, v := range obs.takeWhen(func(m map[string]int) bool { return ops["acquire"]+m["acquire"] >= 3 }) {
+		ops[k] += v
+	}
+	if ops["acquire"] < 3 || ops["acquire"] > 4 || ops["handoff"] != 0 {
 		t.Fatalf("replica a's node calls after the release: %v; want its own acquire round (3)", ops)
 	}
 }
@@ -216,7 +221,9 @@ func testAHandOffRefusedOnAQuorumLetsTheHeadTry(t *testing.T, b backend) {
 	if r.err != nil || r.lease.Token <= holder.Token {
 		t.Fatalf("waiter: %+v, %v", r.lease, r.err)
 	}
-	if ops := obs.take(); ops["handoff"] != 3 || ops["acquire"] != 3 {
+	// At least: the head's first attempt, refused by a quorum, may have
+	// answered before its third node, whose call then counts here.
+	if ops := obs.take(); ops["handoff"] != 3 || ops["acquire"] < 3 || ops["acquire"] > 4 {
 		t.Fatalf("node calls after the release: %v; want a refused hand-off (3) and the head's own round (3)", ops)
 	}
 }

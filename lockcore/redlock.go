@@ -428,6 +428,7 @@ func (t tally) answered() int { return t.ok + t.taken + t.absent + t.mismatch }
 // request keep that.
 func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
 	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
+	r.lates.wait(ctx, req.Resource, req.LeaseID)
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(*req)
 	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
@@ -437,7 +438,7 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 	}
 	lease, err := r.settle(ctx, *req, start, rd.results)
 	var ll *lateLease
-	if lease != nil && !rd.complete() {
+	if !rd.complete() {
 		ll = r.lates.begin(req.Resource, req.LeaseID)
 		rd.after = func() { r.lates.end(ll) }
 	}
@@ -499,7 +500,9 @@ func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, r
 	}
 	switch {
 	case grant && ll.released.Load():
-		// Released meanwhile, maybe before this node granted it.
+		// Released meanwhile, maybe before this node granted it. Its
+		// counter still catches up.
+		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
 		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
 			return n.Release(ctx, req.Resource, req.LeaseID, 0)
 		})
@@ -875,7 +878,8 @@ func wanted(results []nodeResult) bool {
 // The hand-off runs to its end even if ctx ends: next's answer depends on it.
 func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
 	hctx := context.WithoutCancel(ctx)
-	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
+	_ = r.guard.ready(ctx)                                  // before the clock starts; fanout reports its error
+	r.lates.wait(hctx, next.req.Resource, next.req.LeaseID) // see lateLease
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(next.req)
 	grants := make([]nodeResult, len(r.nodes))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/nodetest"
@@ -24,9 +25,19 @@ import (
 // quarantine ends within the test) and a fast guard.
 func lossRedlock(t *testing.T, srvs []*redistest.Server, protect bool) *lockcore.Redlock {
 	t.Helper()
-	nodes := make([]lockcore.Node, len(srvs))
+	urls := make([]string, len(srvs))
 	for i, s := range srvs {
-		n, err := redisnode.NewWithOptions(s.URL(), &redisnode.Options{UnsafeNoLossProtection: !protect})
+		urls[i] = s.URL()
+	}
+	return lossRedlockAt(t, urls, protect)
+}
+
+// lossRedlockAt is lossRedlock over Redis URLs (a proxy's, say).
+func lossRedlockAt(t *testing.T, urls []string, protect bool) *lockcore.Redlock {
+	t.Helper()
+	nodes := make([]lockcore.Node, len(urls))
+	for i, u := range urls {
+		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: !protect})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,14 +224,24 @@ func tokensOf(t *testing.T, srv *redistest.Server, resource string) int64 {
 func TestALaggingNodeCatchesUp(t *testing.T) {
 	for _, protect := range []bool{true, false} {
 		t.Run(map[bool]string{true: "protected", false: "unprotected"}[protect], func(t *testing.T) {
+			// Node 2 is reached through a proxy that delays its replies
+			// from its return on: it is never among the first two nodes
+			// heard, so only the catch-up of late answers can raise it
+			// (a grant heard from it early would be fenced up anyway).
 			srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
-			rl := lossRedlock(t, srvs, protect)
+			px, err := faultproxy.Start(srvs[2].Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() })
+			rl := lossRedlockAt(t, []string{srvs[0].URL(), srvs[1].URL(), "redis://" + px.Addr()}, protect)
 			const res = "catch-up"
 			srvs[2].Kill()
 			for range 4 {
 				cycle(t, rl, res)
 			}
 			srvs[2].Restart()
+			px.SetDelay(30 * time.Millisecond)
 			// The new server process serves once checked (the guard checks
 			// every 20 ms here; readiness checks at once).
 			if err := rl.Ready(context.Background()); err != nil {

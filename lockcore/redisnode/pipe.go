@@ -27,12 +27,18 @@ import (
 const (
 	// pipeWorkers is how many round trips (a call alone or a pipeline) one
 	// node may have in flight at once, and how many workers send
-	// pipelines. One would serialize every call behind one round trip;
-	// Redis runs scripts one at a time anyway, so a few round trips in
-	// flight (one being written, one run, one read back) are enough to keep
-	// it busy, and more would only split the waiting calls into smaller
-	// batches on more connections.
-	pipeWorkers = 4
+	// pipelines. One: every call that arrives while a round trip is in
+	// flight joins the next pipeline, sent as soon as it returns, so a
+	// node costs one write and one read per round trip however many calls
+	// wait (up to maxBatch per round trip). Measured on the 2-core bench
+	// machine (bench TestThroughput, uncontended, lockgate over HTTP ÷
+	// redsync in-process in the same run): 1 gave 0.70 at C = 16 and 0.92
+	// at C = 64, 2 gave 0.63 and 0.79, 4 gave 0.54 and 0.79; C = 1 is
+	// unchanged (a lone call always finds the slot free). More round trips
+	// in flight only split the waiting calls into smaller batches on more
+	// connections. A slow node delays only its own calls, and a call
+	// answered by a quorum does not wait for it (package lockcore).
+	pipeWorkers = 1
 	// maxBatch caps the calls of one pipeline: 64 lock scripts are about
 	// 20 KB of request (within one write buffer) and hold the server for
 	// well under a millisecond, so one batch does not delay the next for
