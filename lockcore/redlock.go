@@ -34,9 +34,17 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.
 // Options tune a Redlock. A nil *Options or a zero field means the default
 // documented on the field.
 type Options struct {
-	// NodeTimeout bounds each call to one node. Default 50ms. It must stay
-	// far below MinTTL: a lock's validity is its TTL minus the time spent
-	// acquiring, which can be as long as NodeTimeout when a node hangs.
+	// NodeTimeout bounds each call to one node, from the moment the call
+	// is made: time spent waiting in the node's client (package redisnode
+	// queues calls behind the round trip in flight and pipelines them)
+	// counts. Default 50ms. A call that a quorum has settled does not wait
+	// for the other nodes (see the package doc), so a slow or hung minority
+	// costs nothing; the bound matters when fewer than a quorum answer in
+	// time, and the call then fails with *QuorumError. It must stay far
+	// below MinTTL: a lock's validity is its TTL minus the time spent
+	// acquiring, which can be as long as NodeTimeout when a majority is
+	// slow. On a gateway whose CPU is saturated by other work, calls wait
+	// to be scheduled: raise it there rather than see 503s.
 	NodeTimeout time.Duration
 	// DriftFactor is the share of the TTL set aside for clock drift between
 	// nodes; 2 ms are added to it. Default 0.01. A lease's validity is its
