@@ -1055,20 +1055,7 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	// A lease that a quorum of the nodes heard holds decides; later answers
 	// cannot change that. The locks of nodes not heard are not read.
 	heldAt := func(i int) bool { return rd.heard[i] && rd.results[i].err == nil && locks[i].Found }
-	rd.until(func(rd *round) bool {
-		for i := range locks {
-			n := 0
-			for j := range locks {
-				if heldAt(i) && heldAt(j) && locks[j].Lease == locks[i].Lease {
-					n++
-				}
-			}
-			if n >= r.quorum {
-				return true
-			}
-		}
-		return false
-	})
+	rd.until(func(rd *round) bool { return quorumHolds(r.quorum, locks, heldAt) })
 	results := rd.results
 	rd.rest(nil)
 	var causes []error
@@ -1094,6 +1081,23 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 		return &info, nil
 	}
 	return nil, ErrNotHeld
+}
+
+// quorumHolds reports whether one lease holds quorum of locks, counting only
+// the nodes i for which held(i).
+func quorumHolds(quorum int, locks []NodeLock, held func(i int) bool) bool {
+	for i := range locks {
+		n := 0
+		for j := range locks {
+			if held(i) && held(j) && locks[j].Lease == locks[i].Lease {
+				n++
+			}
+		}
+		if n >= quorum {
+			return true
+		}
+	}
+	return false
 }
 
 // Ready returns nil when a quorum of nodes is in service: each answers its
