@@ -199,6 +199,9 @@ type AcquireRequest struct {
 	fresh, tried bool
 }
 
+// Waits reports whether the request may wait for a held lock.
+func (req AcquireRequest) Waits() bool { return req.Wait > 0 }
+
 // Lease is a held lock.
 type Lease struct {
 	Resource string
@@ -455,8 +458,9 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 }
 
 // decidedEarly reports whether the answers heard so far already decide an
-// acquisition round: a quorum granted it, or a quorum refused it (held by
-// another lease), so the nodes still to answer cannot change the outcome.
+// acquisition round: a quorum granted it, or, for a request that does not
+// wait, a quorum refused it (held by another lease), so the nodes still to
+// answer cannot change the outcome.
 // Their answers are acted on when they come (see lateAcquire). A node that
 // said it re-entered makes the round wait for every node unless the lease
 // is known to have held nothing before the request: whether the lease
@@ -479,7 +483,11 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 			taken++
 		}
 	}
-	return ok >= r.quorum || taken >= r.quorum
+	// A waiting request's refusal waits for every node: a node still to
+	// answer may grant (the lock was released during the round), and the
+	// split vote is what wakes the waiter early, since the release's
+	// announcements can come before its queue listens.
+	return ok >= r.quorum || (taken >= r.quorum && !req.Waits())
 }
 
 // lateAcquire acts on a node's answer to an acquisition round that came

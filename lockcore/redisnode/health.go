@@ -59,10 +59,20 @@ func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err
 		return nil, "", "", timedOut(ctx, err)
 	}
 	res, err := chk.Result()
-	if reason := refusalReason(err); reason != "" {
+	reason := refusalReason(err)
+	// Hysteresis: a node found full counts as full until its memory is
+	// well below the limit, or it would flap between refusing and serving
+	// while locks and client buffers come and go at the limit.
+	reserve := int64(memoryReserve)
+	if n.wasFull.Load() {
+		reserve = 4 * memoryReserve
+	}
+	isFull := full(inf.Val(), reserve)
+	n.wasFull.Store(isFull || reason != "")
+	if reason != "" {
 		return nil, "", reason, nil
 	}
-	if full(inf.Val()) {
+	if isFull {
 		return nil, "", "out of memory", nil
 	}
 	if err != nil {
@@ -105,11 +115,11 @@ func (n *Node) record(v []int64, id string, durable bool) lockcore.NodeHealth {
 // once used_memory is above maxmemory, which a few more locks reach.
 const memoryReserve = 64 << 10
 
-// full reports whether an INFO memory reply shows the node within
-// memoryReserve of its maxmemory (0: no limit).
-func full(info string) bool {
+// full reports whether an INFO memory reply shows the node within reserve
+// bytes of its maxmemory (0: no limit).
+func full(info string, reserve int64) bool {
 	used, max := infoInt(info, "used_memory"), infoInt(info, "maxmemory")
-	return max > 0 && used+memoryReserve >= max
+	return max > 0 && used+reserve >= max
 }
 
 // infoInt reads an integer field of an INFO reply, or -1.

@@ -164,6 +164,9 @@ type Node struct {
 	// every lock operation fails with lockcore.ErrQuarantined, also when
 	// the operation ran on the server meanwhile.
 	trusted atomic.Bool
+	// wasFull is true while the last Check found the node full or refusing
+	// writes (see probe).
+	wasFull atomic.Bool
 
 	pipe *pipe // batches the lock scripts; nil: each runs on its own (benchmarks)
 
