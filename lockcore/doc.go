@@ -24,22 +24,27 @@
 // failed attempt does not block others until its TTL runs out. Extend needs a
 // majority within the new validity as well. Release is sent to every node.
 //
-// A call is answered once a majority has settled it: acquisitions, extends,
-// releases, fencing write-backs and inspections that a majority of the nodes
-// heard so far grant or confirm do not wait for the others beyond a grace
-// period as long as the call has taken (healthy nodes answer within it), so a
-// slow or hung minority does not slow every call. Failures wait for every node
+// An acquisition is answered once a majority has settled it: acquisitions,
+// fencing write-backs and inspections that a majority of the nodes heard so
+// far grant or confirm do not wait for the others beyond a grace period as
+// long as the call has taken (healthy nodes answer within it), so a slow or
+// hung minority does not slow them. Extends, releases and hand-offs still
+// wait for every node (up to NodeTimeout): answered at the first quorum, the
+// fault suite saw a holder's release answer "not held" within its validity,
+// which is not explained yet (see Redlock.checked). Failures wait for every node
 // (up to NodeTimeout), since the kind of failure depends on every answer; so
 // does an acquisition in which a node says the lease re-entered, unless the
 // lease is known to have held nothing before (see mayHold). The calls still
 // under way run on, detached from the caller, and their answers are acted on
 // when they come: a late grant with a lower token, or a node that did not
-// answer, is raised to the token given (as in step 3); a late grant with a
-// higher token gives its copy back, since that token was never given to
-// anyone and every copy of a lease must carry the token its holder was given;
-// a late grant to an attempt that failed after all is undone; a late release
-// is announced to the waiters. A hand-off still waits for every node (see
-// Redlock.Release).
+// answer, is raised to the token given (as in step 3); for a lease id the
+// gateway minted, a late grant with a higher token gives its copy back, since
+// that token was never given to anyone and every copy of a lease must carry
+// the token its holder was given, and a late grant to an attempt that failed
+// after all, or to a lease released meanwhile, is released (a lease id the
+// client chose may be in use by a retry through another replica at the same
+// time, so such a copy is left to expire with its TTL, as a node that did
+// not answer is).
 //
 // When this replica has a waiter for the resource, Release hands the lock
 // over instead (HandOffer): each node releases the lock and grants it to the

@@ -491,7 +491,8 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 }
 
 // lateAcquire acts on a node's answer to an acquisition round that came
-// after the round was decided (see round):
+// after the round was decided (see round). For a lease id the client chose,
+// it only raises counters (see the code for why); for a minted one:
 //   - the round granted lease: a node that granted it with a higher token
 //     than the one answered releases that copy (the token was never
 //     answered, and every copy of a lease must carry the token its holder
@@ -506,6 +507,17 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, res nodeResult) {
 	fresh := req.minted || req.fresh
 	grant := res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
+	if !req.minted {
+		// A lease id the client chose may be in use by another request at
+		// the same time (a retry through another gateway replica): a copy
+		// found late may be that request's, so it is left alone, as
+		// undoAcquire leaves alone a node that did not answer (a copy this
+		// request made there expires with its TTL). Only counters catch up.
+		if lease != nil {
+			r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		}
+		return
+	}
 	if lease == nil {
 		if grant || (res.err != nil && req.minted) {
 			again := make([]bool, len(r.nodes))
@@ -792,7 +804,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	start := r.opt.Clock.Now()
 	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
 		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL, ifToken)
-	}, func(res nodeResult, token int64) { r.catchUpLate(req.Resource, req.LeaseID, token, res) })
+	}, nil) // every node: see checked
 	t := count(results, StatusOK)
 	if err := r.verdict("extend", req.Resource, t); err != nil {
 		return nil, withCtx(ctx, err)
@@ -850,14 +862,7 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	}
 	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
 		return n.Release(ctx, req.Resource, req.LeaseID, ifToken)
-	}, func(res nodeResult, _ int64) {
-		if res.err == nil && res.reply.Status == StatusOK {
-			if res.reply.Wanted {
-				r.waits.yield(req.Resource)
-			}
-			r.waits.announce(req.Resource, 1<<res.i)
-		}
-	})
+	}, nil) // every node: see checked
 	t := count(results, StatusOK)
 	if wanted(results) {
 		r.waits.yield(req.Resource)
@@ -952,6 +957,12 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 // extended or released. Only a client that sends an older token of the
 // same lease (one it had before re-acquiring with the same lease id) sees
 // this, and the lock still stands on the quorum.
+//
+// Extend, Release and the hand-off pass late nil: they wait for every node.
+// Answering them at the first quorum (late answers passed to late) made the
+// fault suite (package chaos) see a holder's release answer 404 within its
+// validity in 2 of 2 short runs, not explained yet; with every node awaited
+// it passed.
 func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error), late func(res nodeResult, token int64)) []nodeResult {
 	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
 	var early func(rd *round) bool // nil: wait for every node
