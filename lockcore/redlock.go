@@ -487,7 +487,9 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 	// answer may grant (the lock was released during the round), and the
 	// split vote is what wakes the waiter early, since the release's
 	// announcements can come before its queue listens.
-	return ok >= r.quorum || (taken >= r.quorum && !req.Waits())
+	// Nor does a refusal of a lease id the client chose: a late grant to it
+	// is left alone (see lateAcquire), and must not outlive the refusal.
+	return ok >= r.quorum || (taken >= r.quorum && !req.Waits() && req.minted)
 }
 
 // lateAcquire acts on a node's answer to an acquisition round that came
