@@ -95,6 +95,9 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 // late handling (see Redlock.lateAcquire). Only a node slower than that is
 // left behind.
 func (rd *round) until(done func(rd *round) bool) {
+	if !answerAtQuorum {
+		done = nil
+	}
 	for rd.n < len(rd.results) && (done == nil || !done(rd)) {
 		rd.read(<-rd.ch)
 	}
@@ -112,6 +115,14 @@ func (rd *round) until(done func(rd *round) bool) {
 		}
 	}
 }
+
+// answerAtQuorum switches early answers on. It is off: with acquisitions
+// answered at the first quorum, the short fault profile (package chaos)
+// saw a holder's release answer 404 with about 950 ms of its validity left
+// in 3 of 4 runs (check A), and the cause is not found yet; with every
+// round waiting for every node it passed. While it is off, every round
+// hears every node (up to NodeTimeout) and no answer comes late.
+const answerAtQuorum = false
 
 // graceMin is the least time a decided round waits for the nodes still to
 // answer (see until).
