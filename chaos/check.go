@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -392,7 +393,7 @@ func sortViolations(v []Violation) {
 // acquire with a lease's first attempt answered 200 "same lease again"
 // instead of 201, and a release by the holder, sent while its grant was
 // still valid, answered 404 "not held" although no node lost its data
-// during the grant.
+// during the grant and its gateway could act on it in time.
 func CheckAnswers(events []Event, faults []Fault) []Violation {
 	var v []Violation
 	seen := make(map[string]bool)
@@ -404,7 +405,7 @@ func CheckAnswers(events []Event, faults []Fault) []Violation {
 		}
 		k := e.Resource + "\x00" + e.Lease
 		if e.Outcome == Ok && e.Status == 200 && !seen[k] {
-			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke,
+			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke, Leases: []string{e.Lease},
 				Detail: "a lease's first acquire answered 200 (same lease again) instead of 201"})
 		}
 		seen[k] = true
@@ -423,6 +424,9 @@ func CheckAnswers(events []Event, faults []Fault) []Violation {
 		if g == nil || e.Invoke >= g.end {
 			continue
 		}
+		if !answeredInTime(e, g, faults) {
+			continue
+		}
 		lost := false
 		for _, f := range faults {
 			if f.DataLoss && f.Start <= e.Complete && f.End >= g.begin {
@@ -430,11 +434,26 @@ func CheckAnswers(events []Event, faults []Fault) []Violation {
 			}
 		}
 		if !lost {
-			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke, Detail: fmt.Sprintf(
+			v = append(v, Violation{Check: "A", Resource: e.Resource, At: e.Invoke, Leases: []string{e.Lease}, Detail: fmt.Sprintf(
 				"the holder's release, sent %v before its validity ran out, answered 404",
 				(g.end - e.Invoke).Round(time.Millisecond))})
 		}
 	}
 	sortViolations(v)
 	return v
+}
+
+// answeredInTime reports whether the gateway that release e was sent to
+// could have acted on it before grant g's validity ran out: it was not
+// stopped (paused or killed) from the release's sending to past that
+// moment. A request sent to a paused gateway waits in its socket until
+// the gateway resumes; if that is after the validity, "not held" is the
+// truth by then.
+func answeredInTime(e Event, g *grant, faults []Fault) bool {
+	for _, f := range faults {
+		if slices.Contains(f.Gateways, e.Gateway) && f.Start <= e.Complete && f.End >= e.Invoke && f.End >= g.end {
+			return false
+		}
+	}
+	return true
 }

@@ -230,6 +230,12 @@ func TestCheckAnswers(t *testing.T) {
 	reentered.Status = 200
 	notHeld := rel("r", "L1", 100, 110, Fail)
 	notHeld.Status = 404
+	// notHeldAt is notHeld answered at ms: held up by a paused gateway.
+	notHeldAt := func(at int) Event {
+		e := notHeld
+		e.Complete = ms(at)
+		return e
+	}
 	tests := []struct {
 		name   string
 		events []Event
@@ -246,6 +252,14 @@ func TestCheckAnswers(t *testing.T) {
 		{"a release after the validity answered 404", []Event{acq("r", "L1", 1, 0, 10, 50), notHeld}, nil, 0},
 		{"a node lost its data during the grant", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeld},
 			[]Fault{{Kind: kindEmpty, Start: ms(50), End: ms(60), DataLoss: true}}, 0},
+		{"its gateway was paused past the validity", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeldAt(1210)},
+			[]Fault{{Kind: kindGwPause, Start: ms(90), End: ms(1200), Gateways: []int{0}}}, 0},
+		{"its gateway resumed in time", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeldAt(910)},
+			[]Fault{{Kind: kindGwPause, Start: ms(90), End: ms(900), Gateways: []int{0}}}, 1},
+		{"another gateway was paused", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeldAt(1210)},
+			[]Fault{{Kind: kindGwPause, Start: ms(90), End: ms(1200), Gateways: []int{1}}}, 1},
+		{"its gateway was paused before the release was sent", []Event{acq("r", "L1", 1, 0, 10, 1000), notHeld},
+			[]Fault{{Kind: kindGwPause, Start: ms(20), End: ms(80), Gateways: []int{0}}}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

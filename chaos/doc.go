@@ -17,7 +17,8 @@
 //	C5  a stale or foreign lease never extended or released another's lock
 //	A   answers stay true: a lease's first acquire answers 201 (not 200
 //	    "same lease again" from a re-run script), and a holder's release
-//	    sent in time does not answer 404
+//	    sent in time does not answer 404 (unless a node lost its data, or
+//	    the gateway it was sent to was stopped until after the validity)
 //
 // The nemesis never has more than two of the five nodes faulty at once
 // (a node that restarted empty counts as faulty for the healing gap, 3 s,

@@ -130,4 +130,7 @@ type Fault struct {
 	Nodes []int
 	// DataLoss marks a node that came back without its data.
 	DataLoss bool
+	// Gateways are the gateways (indexes) the fault stopped: a request
+	// sent to one of them waits, unanswered, until the fault ends.
+	Gateways []int
 }

@@ -121,7 +121,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.add(f)
 	case kindGwKill:
 		g := n.rng.IntN(len(n.cl.gws))
-		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now()}
+		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now(), Gateways: []int{g}}
 		n.cl.gws[g].kill()
 		sleepCtx(ctx, n.ttl*3/2)
 		n.cl.gws[g].restart()
@@ -129,7 +129,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.add(f)
 	case kindGwPause:
 		g := n.rng.IntN(len(n.cl.gws))
-		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now()}
+		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now(), Gateways: []int{g}}
 		n.cl.gws[g].pause()
 		sleepCtx(ctx, 2*n.ttl)
 		n.cl.gws[g].resume()

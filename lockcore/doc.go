@@ -31,9 +31,7 @@
 // far grant or confirm do not wait for the others beyond a grace period as
 // long as the call has taken (healthy nodes answer within it), so a slow or
 // hung minority does not slow them. Extends, releases and hand-offs still
-// wait for every node (up to NodeTimeout): answered at the first quorum, the
-// fault suite saw a holder's release answer "not held" within its validity,
-// which is not explained yet (see Redlock.checked). Failures wait for every node
+// wait for every node (up to NodeTimeout; see Redlock.checked). Failures wait for every node
 // (up to NodeTimeout), since the kind of failure depends on every answer; so
 // does an acquisition in which a node says the lease re-entered, unless the
 // lease is known to have held nothing before (see mayHold). The calls still

@@ -116,12 +116,18 @@ func (rd *round) until(done func(rd *round) bool) {
 	}
 }
 
-// answerAtQuorum switches early answers on. It is off: with acquisitions
+// answerAtQuorum switches early answers on. It is off. With acquisitions
 // answered at the first quorum, the short fault profile (package chaos)
-// saw a holder's release answer 404 with about 950 ms of its validity left
-// in 3 of 4 runs (check A), and the cause is not found yet; with every
-// round waiting for every node it passed. While it is off, every round
-// hears every node (up to NodeTimeout) and no answer comes late.
+// reported a holder's release answered 404 with about 950 ms of its
+// validity left. The one such failure seen with the gateway faults logged
+// was a release sent 21 ms after a gateway was paused for 2 s: a paused
+// gateway acts on a request only after it resumes, past that validity, and
+// then "not held" is true. Check A now excuses exactly that case (see
+// chaos.CheckAnswers). Of 22 runs with -race since, one failed on another
+// answer: a lease's first acquire answered 200 ("same lease again") while
+// a node restarted empty. That cause is not found, and no run with the
+// switch off has shown it, so the switch stays off: every round hears every
+// node (up to NodeTimeout) and no answer comes late.
 const answerAtQuorum = false
 
 // graceMin is the least time a decided round waits for the nodes still to
