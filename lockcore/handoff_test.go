@@ -377,3 +377,50 @@ func testAClaimedHeadSleepsUntilTheHandOffEnds(t *testing.T, b backend) {
 		t.Fatalf("waiter token %d, holder had %d", r.lease.Token, holder.Token)
 	}
 }
+
+func testAFailedHandOffLeavesTheNextRoundAFirstGrant(t *testing.T, b backend) {
+	// A client-chosen lease joins a queue behind others, so it does not try
+	// on arrival; its retry check (is it the holder already?) finds it
+	// holds nothing. The first round it takes part in is a hand-off, which
+	// fails: node 1 grants it but its answer is lost, node 2 is down. Its
+	// own round next, with node 2 still down, finds its copy on node 1
+	// ("re-entered") and a grant on node 0: a quorum. The lease held
+	// nothing before this request, so that is a first grant, answered as
+	// one (201 over HTTP), not "the same lease again" (200). Without the
+	// retry check's finding kept for the later rounds, two nodes out of
+	// three that either re-entered or did not answer made the round read
+	// as a retry.
+	c := newWaitCluster(t, b, 3, nil, true) // the nodes' locks expire in real time: not during the test
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "first", TTL: holdTTL})
+	out := make(chan acquired, 2)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "first", LeaseID: waiterLease(0), TTL: holdTTL, Wait: longWait}, out)
+	c.parked(t, 1)
+	startWaiter(context.Background(), c.rl, 1, lockcore.AcquireRequest{Resource: "first", LeaseID: waiterLease(1), TTL: 10 * holdTTL, Wait: 10 * longWait}, out)
+	c.parked(t, 2)
+	mustRelease(t, c.rl, holder) // handed to waiter 0
+	w0 := next(t, out, wakeBound)
+	if w0.err != nil || w0.i != 0 {
+		t.Fatalf("after the holder's release: waiter %d, %v; want waiter 0's lease", w0.i, w0.err)
+	}
+	c.parked(t, 1) // waiter 1, the head now, sleeps until waiter 0's lock runs out
+
+	c.nodes[1].SetLateGrant(true)
+	c.down(true, 2)
+	err := c.rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "first", LeaseID: w0.lease.ID})
+	if !errors.Is(err, lockcore.ErrNoQuorum) {
+		t.Fatalf("release with the hand-off failing: %v, want ErrNoQuorum (one node confirmed it)", err)
+	}
+	c.nodes[1].SetLateGrant(false)
+	if got := c.holders(t, "first"); got[1].Lease != waiterLease(1) {
+		t.Fatalf("node 1 holds %+v; want the copy of waiter 1's lost grant", got[1])
+	}
+	c.parked(t, 1)
+	c.clock.Advance(holdTTL) // waiter 0's lock has run out for the waiters: waiter 1 tries
+	r := next(t, out, wakeBound)
+	if r.err != nil || r.i != 1 {
+		t.Fatalf("waiter %d: %v; want waiter 1's lease", r.i, r.err)
+	}
+	if r.lease.Reentered {
+		t.Fatalf("waiter 1's first acquisition answered as re-entered (%+v); want a first grant", r.lease)
+	}
+}

@@ -192,7 +192,9 @@ type AcquireRequest struct {
 	// anything from an earlier request.
 	minted bool
 	// fresh is set when the request's first round showed that the lease did
-	// not hold the lock before the request (see mayHold): a node that says
+	// not hold the lock before the request (see mayHold), or, for a request
+	// that joined a queue without trying, when its retry check found that
+	// the lease holds no quorum (see waitRoom.acquire): a node that says
 	// it re-entered then holds a copy from this request's own earlier round
 	// (whose answer was lost) or a stray minority copy, and the answer is a
 	// new grant. tried is set after the first round.

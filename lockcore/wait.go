@@ -77,6 +77,10 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 				lease.Owner = req.Owner
 				return true
 			case errors.Is(err, ErrNotHeld) || errors.Is(err, ErrHeldByOther):
+				// The lease cannot hold a quorum (see verdict): every copy
+				// a later round finds, a hand-off's lost grant included,
+				// is this request's own (see AcquireRequest.fresh).
+				req.tried, req.fresh = true, true
 				return false
 			}
 			return true

@@ -224,6 +224,7 @@ var waitingSuite = []struct {
 	{"a refused hand-off lets the head try", testAHandOffRefusedOnAQuorumLetsTheHeadTry},
 	{"no replica starves another", testAQueueOnOneReplicaDoesNotStarveAnother},
 	{"a claimed head sleeps until the hand-off ends", testAClaimedHeadSleepsUntilTheHandOffEnds},
+	{"a failed hand-off leaves the next round a first grant", testAFailedHandOffLeavesTheNextRoundAFirstGrant},
 }
 
 // TestWaiting runs the waiting suite on in-memory nodes.

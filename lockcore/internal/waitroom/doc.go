@@ -69,7 +69,8 @@
 // A request that finds no queue for its resource tries once before joining,
 // unless the replica yields; one that finds a queue joins its tail without
 // trying, so that the releaser of a lock others wait for cannot take it
-// back ahead of them. A queue subscribes on every Watcher node when its
+// back ahead of them. One that joins without trying asks Request.Refresh
+// first (its lease may hold the lock already). A queue subscribes on every Watcher node when its
 // first waiter joins, before that waiter's first attempt in the queue, so a
 // release between the failed try and the subscription is not missed; the
 // subscriptions end when the queue empties.

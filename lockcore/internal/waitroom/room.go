@@ -62,8 +62,8 @@ type Request[Q any] struct {
 	Wait  time.Duration
 	// Try makes one acquisition round.
 	Try func(ctx context.Context) Result
-	// Refresh, when not nil, is asked before the request queues behind
-	// others: it reports true when the wait is over at once (the lease
+	// Refresh, when not nil, is asked before the request joins a queue
+	// without trying (behind others, or while the replica yields): it reports true when the wait is over at once (the lease
 	// already holds the lock: an idempotent retry; or it failed). Nil when
 	// the lease is new and can hold nothing.
 	Refresh func(ctx context.Context) bool
@@ -166,7 +166,8 @@ func (w *waiter[Q, L]) poke() {
 // yielding, tries once before it joins: a free lock needs no subscription.
 // One that finds a queue joins its tail without trying, so that the
 // releaser of a lock others wait for cannot take it back ahead of them;
-// but it asks Refresh first, since its lease may already hold the lock.
+// but it asks Refresh first, since its lease may already hold the lock. So
+// does one that joins without trying because the replica yields.
 func (r *Room[Q, L]) Wait(ctx context.Context, req Request[Q]) Outcome[L] {
 	deadline := r.cfg.Clock.Now().Add(req.Wait)
 	r.mu.Lock()
@@ -177,7 +178,7 @@ func (r *Room[Q, L]) Wait(ctx context.Context, req Request[Q]) Outcome[L] {
 	if closed {
 		return Outcome[L]{End: Closed}
 	}
-	if busy && req.Refresh != nil && req.Refresh(ctx) {
+	if (busy || yielding) && req.Refresh != nil && req.Refresh(ctx) {
 		return Outcome[L]{End: Tried}
 	}
 	var holderExpires time.Time

@@ -2,6 +2,7 @@ package waitroom_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -275,5 +276,47 @@ func TestAYieldingReplicaLetsTheOtherTryFirst(t *testing.T) {
 				t.Fatalf("outcome %+v after Close, want Closed", o)
 			}
 		})
+	}
+}
+
+func TestARequestThatJoinsWithoutTryingAsksRefreshFirst(t *testing.T) {
+	// A request that does not try on arrival (a queue is there, or the
+	// replica yields) asks Refresh first: a lease that holds the lock
+	// already is answered at once, and one that does not joins the queue.
+	// A request that tries on arrival does not ask.
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, f *roomFixture)
+		asked   bool
+		holders int // waiters asleep once the request joined
+	}{
+		{"nobody waits", func(*testing.T, *roomFixture) {}, false, 1},
+		{"behind a queue", func(t *testing.T, f *roomFixture) {
+			var tries atomic.Int32
+			f.wait(context.Background(), waitroom.Request[string]{Resource: "r", Lease: "first", Wait: time.Minute, Try: held(&tries)})
+			f.asleep(t, 1)
+		}, true, 2},
+		{"while the replica yields", func(_ *testing.T, f *roomFixture) { f.room.Yield("r") }, true, 1},
+	} {
+		for _, holds := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/holds %v", tc.name, holds), func(t *testing.T) {
+				f := newRoom(t)
+				tc.setup(t, f)
+				var tries, asked atomic.Int32
+				refresh := func(context.Context) bool { asked.Add(1); return holds }
+				out := f.wait(context.Background(), waitroom.Request[string]{Resource: "r", Lease: "w", Wait: time.Minute,
+					Try: held(&tries), Refresh: refresh})
+				if tc.asked && holds {
+					if o := outcome(t, out); o.End != waitroom.Tried || tries.Load() != 0 {
+						t.Fatalf("outcome %+v after %d attempts; want Tried, answered by Refresh alone", o, tries.Load())
+					}
+				} else {
+					f.asleep(t, tc.holders)
+				}
+				if got := asked.Load() == 1; got != tc.asked {
+					t.Fatalf("Refresh asked %d times, want asked: %v", asked.Load(), tc.asked)
+				}
+			})
+		}
 	}
 }
