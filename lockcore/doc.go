@@ -24,9 +24,8 @@
 // failed attempt does not block others until its TTL runs out. Extend needs a
 // majority within the new validity as well. Release is sent to every node.
 //
-// (Switched off for now, see answerAtQuorum in round.go: every call waits for
-// every node, up to NodeTimeout, and what follows in this paragraph does not
-// happen.) An acquisition is answered once a majority has settled it: acquisitions,
+// An acquisition is answered once a majority has settled it (see
+// answerAtQuorum in round.go for how that was tested): acquisitions,
 // fencing write-backs and inspections that a majority of the nodes heard so
 // far grant or confirm do not wait for the others beyond a grace period as
 // long as the call has taken (healthy nodes answer within it), so a slow or
