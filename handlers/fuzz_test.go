@@ -270,6 +270,7 @@ func FuzzValidators(f *testing.F) {
 		"", "a", "orders:42", "a/b", "é", "\x00", "\u0085", "\ufffd", "\xff", strings.Repeat("r", 200), strings.Repeat("r", 201),
 		"lease-A-0123456789abcdef", strings.Repeat("s", 128), strings.Repeat("s", 129), "worker 7", "two\nlines", "tab\t",
 		"\u200b", "\u00a0", "\u2028", strings.Repeat("é", 256), strings.Repeat("é", 257), "del\x7f",
+		strings.Repeat("s", 15), strings.Repeat("s", 16), "a.b:c_d-e", "lease.with.dots-0123", "~", "0123456789abcdef\x80",
 	} {
 		f.Add(seed)
 	}

@@ -24,33 +24,37 @@
 // failed attempt does not block others until its TTL runs out. Extend needs a
 // majority within the new validity as well. Release is sent to every node.
 //
-// An acquisition is answered once a majority has settled it (see
-// answerAtQuorum in round.go for how that was tested): acquisitions,
-// fencing write-backs and inspections that a majority of the nodes heard so
-// far grant or confirm do not wait for the others beyond a grace period as
-// long as the call has taken (healthy nodes answer within it), so a slow or
-// hung minority does not slow them. Extends, releases and hand-offs still
-// wait for every node (up to NodeTimeout; see Redlock.checked). Failures wait for every node
-// (up to NodeTimeout), since the kind of failure depends on every answer; so
-// does an acquisition in which a node says the lease re-entered, unless the
-// lease is known to have held nothing before (see mayHold). The calls still
-// under way run on, detached from the caller, and their answers are acted on
-// when they come: a late grant with a lower token, or a node that did not
-// answer, is raised to the token given (as in step 3); for a lease id the
-// gateway minted, a late grant with a higher token gives its copy back, since
-// that token was never given to anyone and every copy of a lease must carry
-// the token its holder was given, and a late grant to an attempt that failed
-// after all, or to a lease released meanwhile, is released (a lease id the
-// client chose may be in use by a retry through another replica at the same
-// time, so such a copy is left to expire with its TTL, as a node that did
-// not answer is).
+// A call is answered once a majority has settled it (see answerAtQuorum in
+// round.go for how that was tested): acquisitions, hand-offs, extends,
+// releases, fencing write-backs and inspections that a majority of the
+// nodes heard so far grant or confirm do not wait for the others beyond a
+// grace period as long as the call has taken (healthy nodes answer within
+// it), so a slow or hung minority does not slow them. Failures wait for
+// every node (up to NodeTimeout), since the kind of failure depends on
+// every answer; so does an extend or release that a node refused for
+// another token (If-Match), and an acquisition in which a node says the
+// lease re-entered, unless the lease is known to have held nothing before
+// (see mayHold). The calls still under way run on, detached from the
+// caller, and their answers are acted on when they come:
+//   - an acquisition's or hand-off's late grant with a lower token, or a
+//     node that did not answer, is raised to the token given (as in step
+//     3); for a lease id the gateway minted, a late grant with a higher
+//     token gives its copy back, since that token was never given to anyone
+//     and every copy of a lease must carry the token its holder was given,
+//     and a late grant to an attempt that failed after all, or to a lease
+//     released meanwhile, is released. A lease id the client chose may be
+//     in use by a retry through another replica at the same time, so such a
+//     copy is left to expire with its TTL, as a node that did not answer is;
+//   - an extend's late node is raised to the token answered, as above;
+//   - a release's late node is announced to the waiting room, as the nodes
+//     heard are; one that never answers keeps its copy until its TTL runs
+//     out, as it would if the release had waited for it and failed.
 //
 // When this replica has a waiter for the resource, Release hands the lock
 // over instead (HandOffer): each node releases the lock and grants it to the
 // waiter in one atomic step, incrementing its counter as an acquisition
-// does (steps 1 to 3 below apply unchanged), and once every node has
-// answered, the grants are counted like an acquisition begun when the
-// hand-off began.
+// does (steps 1 to 3 below apply unchanged), and the grants are counted
+// like an acquisition begun when the hand-off began.
 //
 // # Fencing tokens
 //

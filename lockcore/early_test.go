@@ -69,7 +69,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 	t.Run("acquire and inspect", func(t *testing.T) {
-		// Extend and Release wait for every node (see Redlock.checked).
 		c := newEarlyCluster(t, nil)
 		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL}) // the guard's first pass
 		open := c.gate(2)
@@ -86,6 +85,25 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		eventually(t, "node 2 runs the acquisition and the release", func() bool {
 			return c.nodes[2].Acquires() == 2 && !c.holders(t, "r")[2].Found
 		})
+	})
+
+	t.Run("extend and release", func(t *testing.T) {
+		c := newEarlyCluster(t, nil)
+		l := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "r", TTL: earlyTTL})
+		open := c.gate(2)
+		defer open()
+		within(t, "extend", func() {
+			e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "r", LeaseID: l.ID, TTL: earlyTTL})
+			if err != nil || e.Token != l.Token {
+				t.Errorf("extend: %+v, %v; want token %d", e, err, l.Token)
+			}
+		})
+		within(t, "release", func() { mustRelease(t, c.rl, l) })
+		if h := c.holders(t, "r"); h[0].Found || h[1].Found {
+			t.Fatalf("holders %+v; want nodes 0 and 1 released", h)
+		}
+		open()
+		eventually(t, "node 2 runs the extend and the release", func() bool { return !c.holders(t, "r")[2].Found })
 	})
 
 	t.Run("a refusal by a quorum", func(t *testing.T) {
@@ -126,6 +144,34 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "ahead", LeaseID: l.ID})
 		if err != nil || e.Token != l.Token || l.Token > 100 {
 			t.Fatalf("extend: %+v, %v; want the token acquired, %d", e, err, l.Token)
+		}
+	})
+
+	t.Run("a late grant to a lease id the client chose is left alone", func(t *testing.T) {
+		// The client may be retrying the same lease id through another
+		// replica meanwhile, and a copy found late cannot be told from that
+		// retry's: it is left alone (see Redlock.lateAcquire). Here the
+		// retry comes through this replica, after the late answer was
+		// acted on, and finds the copy: it re-enters there with the token
+		// node 2 granted.
+		c := newEarlyCluster(t, nil)
+		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
+		if err := c.raw[2].RaiseFence(context.Background(), "chosen", "someone-else-0123456789", 100); err != nil {
+			t.Fatal(err)
+		}
+		req := lockcore.AcquireRequest{Resource: "chosen", LeaseID: "chosen-by-the-client-0123", TTL: earlyTTL}
+		granted := c.granted(2)
+		open := c.gate(2)
+		var l *lockcore.Lease
+		within(t, "acquire", func() { l = mustAcquire(t, c.rl, req) })
+		open()
+		rep := <-granted
+		if rep.Token <= 100 || l.Token > 100 {
+			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
+		}
+		retry := mustAcquire(t, c.rl, req) // waits for the late answers to be acted on
+		if h := c.holders(t, "chosen")[2]; !h.Found || h.Lease != req.LeaseID || h.Token != rep.Token || !retry.Reentered {
+			t.Fatalf("node 2 holds %+v, the retry got %+v; want node 2's copy with token %d kept and re-entered", h, retry, rep.Token)
 		}
 	})
 

@@ -38,6 +38,18 @@ const (
 	// in flight only split the waiting calls into smaller batches on more
 	// connections. A slow node delays only its own calls, and a call
 	// answered by a quorum does not wait for it (package lockcore).
+	//
+	// A slow node's calls do queue behind its slow round trips: with its
+	// replies 30 ms late, it serves at most maxBatch calls per 30 ms, and
+	// under load most of its calls end unsent at the node timeout (it then
+	// counts for less while slow). A variant that let up to 4 round trips
+	// be in flight once the newest had been out for 10 ms was measured on
+	// 2026-11-23 (bench TestThroughput, lockgate-3, redsync-3 and
+	// lockgate-3-slow, 2 rounds each, one run after the other): it kept
+	// no more of the throughput with the slow node (uncontended 0.56 of
+	// healthy against 0.66 with one in flight, contended 0.59 against
+	// 0.55) and cost healthy nodes at C = 64 (0.66 of redsync's pairs/s
+	// against 0.77), where loaded round trips pass 10 ms. It was not kept.
 	pipeWorkers = 1
 	// maxBatch caps the calls of one pipeline: 64 lock scripts are about
 	// 20 KB of request (within one write buffer) and hold the server for
