@@ -1078,7 +1078,9 @@ func unheard(results []nodeResult) int {
 // The round is decided as soon as early reports true of the answers heard
 // (nil: once every node has answered); the answers still to come are then
 // passed to late with the token the quorum answered (see round). A late
-// StatusMismatch is first called again without the check, as below.
+// StatusMismatch is first called again without the check, as above; one
+// heard in the round's grace period is called again before checked
+// returns, as when every node answered.
 func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error), early func(rd *round) bool, late func(res nodeResult, token int64)) []nodeResult {
 	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
 	rd.until(early)
