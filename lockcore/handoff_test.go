@@ -138,6 +138,34 @@ func testHandOffTokensFollowTheFencingRule(t *testing.T, b backend) {
 	}
 }
 
+func testALateHandOffGrantAfterTheHeadsReleaseIsReleased(t *testing.T, b backend) {
+	// Node 2 runs the hand-off only after the head, answered by nodes 0
+	// and 1, has released its lease (two connections, no order between
+	// them). Its late grant to the head, whose lease id was minted, is
+	// released too (see Redlock.lateAcquire): no copy stays behind until
+	// its TTL runs out.
+	c := newWaitCluster(t, b, 3, nil, false)
+	holder := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "after", TTL: holdTTL})
+	out := make(chan acquired, 1)
+	startWaiter(context.Background(), c.rl, 0, lockcore.AcquireRequest{Resource: "after", TTL: holdTTL, Wait: longWait}, out)
+	c.parked(t, 1)
+	gate := make(chan struct{})
+	ran := make(chan struct{})
+	c.nodes[2].SetBeforeAcquire(func(lockcore.NodeAcquire) { <-gate })
+	c.nodes[2].SetAfterAcquire(func(lockcore.NodeAcquire, lockcore.NodeReply) { close(ran) })
+	mustRelease(t, c.rl, holder)
+	r := next(t, out, wakeBound)
+	if r.err != nil {
+		t.Fatalf("head: %v", r.err)
+	}
+	mustRelease(t, c.rl, r.lease)
+	close(gate)
+	<-ran
+	eventually(t, "node 2's late grant to the released head is released", func() bool {
+		return !c.holders(t, "after")[2].Found
+	})
+}
+
 func testAReleaseByALeaseThatHoldsNothingLeavesTheHeadWaiting(t *testing.T, b backend) {
 	// A stale release (a retry, another lease) claims the head but frees
 	// nothing, even with a majority of nodes failing: the head goes on

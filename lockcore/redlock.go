@@ -981,6 +981,7 @@ type handOff struct {
 	next   *waiter
 	na     NodeAcquire
 	grants []NodeReply // by node, written by its call before it answers
+	view   round       // early's view of the grants heard, reused
 
 	// Set before settled is closed, for the late answers.
 	lease   *Lease
@@ -1017,7 +1018,17 @@ func (h *handOff) grant(res nodeResult) nodeResult {
 // early decides the hand-off once the nodes heard both released the lock
 // (see Redlock.matched) and granted it to next (see Redlock.decidedEarly).
 func (h *handOff) early(rd *round) bool {
-	return h.r.matched(rd) && h.r.decidedEarly(h.next.req, &round{results: h.grantsOf(rd.results), heard: rd.heard})
+	if !h.r.matched(rd) {
+		return false
+	}
+	if h.view.results == nil {
+		h.view.results = make([]nodeResult, len(rd.results))
+	}
+	for i, res := range rd.results {
+		h.view.results[i] = h.grant(res)
+	}
+	h.view.heard = rd.heard
+	return h.r.decidedEarly(h.next.req, &h.view)
 }
 
 // late acts on a node's answer that came after the hand-off was decided: a
@@ -1121,8 +1132,17 @@ func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx cont
 // nodes still to answer cannot change the verdict (see verdict), and a
 // mismatch, which may still turn into a success, waits for every node.
 func (r *Redlock) matched(rd *round) bool {
-	t := count(rd.results, StatusOK)
-	return t.ok >= r.quorum && t.mismatch == 0
+	ok := 0
+	for i, res := range rd.results {
+		switch {
+		case !rd.heard[i] || res.err != nil:
+		case res.reply.Status == StatusMismatch:
+			return false
+		case res.reply.Status == StatusOK:
+			ok++
+		}
+	}
+	return ok >= r.quorum
 }
 
 // verdict turns an extend or release tally into nil or the error to return.

@@ -225,6 +225,7 @@ var waitingSuite = []struct {
 	{"no replica starves another", testAQueueOnOneReplicaDoesNotStarveAnother},
 	{"a claimed head sleeps until the hand-off ends", testAClaimedHeadSleepsUntilTheHandOffEnds},
 	{"a failed hand-off leaves the next round a first grant", testAFailedHandOffLeavesTheNextRoundAFirstGrant},
+	{"a late hand-off grant after the head's release is released", testALateHandOffGrantAfterTheHeadsReleaseIsReleased},
 }
 
 // TestWaiting runs the waiting suite on in-memory nodes.

@@ -63,9 +63,10 @@ type Request[Q any] struct {
 	// Try makes one acquisition round.
 	Try func(ctx context.Context) Result
 	// Refresh, when not nil, is asked before the request joins a queue
-	// without trying (behind others, or while the replica yields): it reports true when the wait is over at once (the lease
-	// already holds the lock: an idempotent retry; or it failed). Nil when
-	// the lease is new and can hold nothing.
+	// without trying (behind others, or while the replica yields): it
+	// reports true when the wait is over at once (the lease already holds
+	// the lock: an idempotent retry; or it failed). Nil when the lease is
+	// new and can hold nothing.
 	Refresh func(ctx context.Context) bool
 	// Data is kept with the waiter and given back by Claim: what a
 	// hand-off to it needs.
