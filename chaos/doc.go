@@ -1,8 +1,10 @@
 // Package chaos is lockgate's fault-injection suite. Its tests start five
 // redis-server processes with AOF on, two of them behind a fault proxy
 // (internal/faultproxy), and three lockgate gateway processes built from
-// ./cmd/lockgate; 32 clients then acquire, write to a fenced register
-// (package fencing) with their token, sometimes extend, and release, while
+// ./cmd/lockgate; 32 clients then acquire (in half the cycles with a
+// Lease-Id of their own, in the others with none, so that the gateway mints
+// it), write to a fenced register (package fencing) with their token,
+// sometimes extend, and release, while
 // a nemesis kills, wipes, pauses and isolates nodes, gateways and clients.
 // Every operation is recorded as invoke / ok / fail / unknown on one
 // monotonic clock, and six checkers read the history:

@@ -175,6 +175,25 @@ func logSummary(t *testing.T, s *Summary) {
 	for _, k := range kinds {
 		t.Logf("fault %-27s ×%d", k, count[k])
 	}
+	chosen, minted, _ := s.Leases()
+	t.Logf("successful acquires: lease chosen by the client %d, minted by the gateway %d", chosen, minted)
+	explained, unexplained := s.Unavailable()
+	t.Logf("answers 503: %d near a fault, %d with no fault near", explained, len(unexplained))
+	if len(unexplained) > 0 {
+		byGw, bySec := map[int]int{}, map[int]int{}
+		for _, e := range unexplained {
+			byGw[e.Gateway]++
+			bySec[int(e.Invoke/time.Second)]++
+		}
+		t.Logf("  503 with no fault near, by gateway %v, by second of the run %v", byGw, bySec)
+	}
+	for i, e := range unexplained {
+		if i == 5 {
+			t.Logf("  … %d more", len(unexplained)-5)
+			break
+		}
+		t.Logf("  503 with no fault near: gateway %d %v", e.Gateway, e)
+	}
 	t.Logf("stale writes refused %d; C1 overlaps inside fault windows %d; max faulty nodes %d; wiped nodes %v",
 		s.Refused, s.C1Excused, s.MaxFaultyNodes, s.WipedNodes)
 	for i := range s.MemBefore {
@@ -249,6 +268,12 @@ func TestFaults(t *testing.T) {
 	}
 	if n := s.ServerErrors(); n > 0 {
 		t.Errorf("gateways answered %d requests with a 5xx other than 503", n)
+	}
+	// Both kinds of lease id must be exercised: lockcore's rules for late
+	// grants differ between them.
+	if chosen, minted, missing := s.Leases(); chosen < 100 || minted < 100 || missing > 0 {
+		t.Errorf("successful acquires with a client-chosen lease %d, with a minted one %d (want 100 or more each); "+
+			"2xx answers to a minted acquire without a Lease-Id: %d (want 0)", chosen, minted, missing)
 	}
 	for _, c := range []struct {
 		name string

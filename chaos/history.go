@@ -72,6 +72,9 @@ type Event struct {
 	// client's live grant: one already released, or (NeverGranted) one that
 	// was never handed out.
 	Foreign, NeverGranted bool
+	// Minted marks an acquire sent without a Lease-Id: the gateway mints the
+	// lease, and Lease is the one its answer named (empty when no 2xx came).
+	Minted bool
 	// Value is what a write stored.
 	Value string
 	// Stale marks a write the register refused for a lower token.

@@ -50,6 +50,24 @@ type Summary struct {
 	Unprotected *Summary
 }
 
+// Leases counts the successful acquires by who chose the lease id: the
+// client (Lease-Id sent) or the gateway (minted). missing counts the 2xx
+// answers to minted acquires that named no lease, a broken contract.
+func (s *Summary) Leases() (chosen, minted, missing int) {
+	for _, e := range s.Events {
+		switch {
+		case e.Op != OpAcquire:
+		case e.Outcome == Ok && e.Minted:
+			minted++
+		case e.Outcome == Ok:
+			chosen++
+		case e.Minted && e.Status/100 == 2:
+			missing++
+		}
+	}
+	return chosen, minted, missing
+}
+
 // Ops counts events by operation and outcome.
 func (s *Summary) Ops() map[Op]map[Outcome]int {
 	out := make(map[Op]map[Outcome]int)
@@ -75,6 +93,44 @@ func (s *Summary) Statuses() map[Op]map[int]int {
 		out[e.Op][e.Status]++
 	}
 	return out
+}
+
+// Unavailable splits the answers 503 (no quorum, or the gateway not ready)
+// by whether a fault can explain them: the call overlapped a fault that
+// made nodes faulty or stopped gateways, or that fault's recovery bound
+// after it healed (Bound, or LossBound after a data loss, whose node is
+// quarantined). unexplained lists the others, which a healthy, merely busy
+// cluster gave.
+func (s *Summary) Unavailable() (explained int, unexplained []Event) {
+	for _, e := range s.Events {
+		if e.Status != 503 {
+			continue
+		}
+		if s.faultCovers(e) {
+			explained++
+		} else {
+			unexplained = append(unexplained, e)
+		}
+	}
+	return explained, unexplained
+}
+
+// faultCovers reports whether a node or gateway fault, or its recovery
+// bound, overlaps call e.
+func (s *Summary) faultCovers(e Event) bool {
+	for _, f := range s.Faults {
+		if len(f.Nodes) == 0 && len(f.Gateways) == 0 {
+			continue // a client's pause stops no part of the cluster
+		}
+		bound := s.Bound
+		if f.DataLoss {
+			bound = s.LossBound
+		}
+		if f.Start <= e.Complete && e.Invoke <= f.End+bound {
+			return true
+		}
+	}
+	return false
 }
 
 // ServerErrors counts answers 500–599 other than 503, which the gateway
@@ -162,6 +218,9 @@ func (s *Summary) Markdown() string {
 		}
 	}
 	p("\nStale writes refused by the fenced register: **%d**. Gateway answers 5xx other than 503: **%d**.\n\n", s.Refused, s.ServerErrors())
+	explained, unexplained := s.Unavailable()
+	p("Answers 503: **%d** while a fault, or its recovery bound after it healed, could explain them; **%d** with no fault near.\n\n",
+		explained, len(unexplained))
 
 	if u := s.Unprotected; u != nil {
 		p("## With the protection off\n\n")
@@ -197,7 +256,9 @@ func (s *Summary) Markdown() string {
 			foreign++
 		}
 	}
-	p("\nExtends and releases include %d sent on purpose with a released or never-granted lease (C5).\n\n", foreign)
+	chosen, minted, _ := s.Leases()
+	p("\nSuccessful acquires by who chose the lease id: the client %d, the gateway (no Lease-Id sent) %d.\n", chosen, minted)
+	p("Extends and releases include %d sent on purpose with a released or never-granted lease (C5).\n\n", foreign)
 
 	p("## Faults\n\nAt most %d of %d nodes were faulty at once; nodes that lost their data during the run: %v.\n\n",
 		s.MaxFaultyNodes, s.Nodes, s.WipedNodes)

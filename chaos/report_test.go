@@ -30,6 +30,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		"| A | answers stay true: a lease's first grant answers 201, a holder's release in time is not 404 | none |",
 		"Stale writes refused by the fenced register: **1**",
 		"| acquire | 2 | 1 | 0 | 201×2 503×1 |",
+		"Answers 503: **1** while a fault, or its recovery bound after it healed, could explain them; **0** with no fault near.",
 		"| restart-empty | 1 | 100ms |",
 		"| sigstop | 1 | 100ms |",
 		"| 0 | 0 | 7 | 1000 | 2000 |",
@@ -62,6 +63,43 @@ func TestMaxFaulty(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := MaxFaulty(tc.faults, ms(500)); got != tc.want {
 				t.Errorf("MaxFaulty = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnavailableTellsFaultsFromBusyness(t *testing.T) {
+	at := func(invoke, complete int) Event {
+		return Event{Op: OpAcquire, Resource: "r", Status: 503, Outcome: Fail, Invoke: ms(invoke), Complete: ms(complete)}
+	}
+	faults := []Fault{
+		{Kind: kindStop, Start: ms(1000), End: ms(2000), Nodes: []int{1}},
+		{Kind: kindEmpty, Start: ms(10000), End: ms(11000), Nodes: []int{0}, DataLoss: true},
+		{Kind: kindGwPause, Start: ms(20000), End: ms(21000), Gateways: []int{2}},
+		{Kind: kindClientPause, Start: ms(30000), End: ms(31000)},
+	}
+	tests := []struct {
+		name      string
+		e         Event
+		explained bool
+	}{
+		{"during a node fault", at(1500, 1510), true},
+		{"begun before a node fault, answered in it", at(990, 1001), true},
+		{"within the bound after the heal", at(2900, 2950), true},
+		{"past the bound after the heal", at(3100, 3150), false},
+		{"within the loss bound after a data loss", at(15000, 15010), true},
+		{"past the loss bound", at(16100, 16110), false},
+		{"during a gateway pause", at(20500, 20510), true},
+		{"during a client's pause only", at(30500, 30510), false},
+		{"long before any fault", at(100, 110), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Summary{Bound: time.Second, LossBound: 5 * time.Second, Faults: faults,
+				Events: []Event{tc.e, {Op: OpAcquire, Status: 201, Outcome: Ok, Invoke: ms(100), Complete: ms(110)}}}
+			explained, unexplained := s.Unavailable()
+			if got := explained == 1; got != tc.explained || explained+len(unexplained) != 1 {
+				t.Errorf("explained %d, unexplained %d; want the 503 explained: %v", explained, len(unexplained), tc.explained)
 			}
 		})
 	}

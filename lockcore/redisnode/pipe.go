@@ -261,7 +261,7 @@ func (p *pipe) exec(batch []*call, cmds []*redis.Cmd) {
 	for i, c := range live {
 		err := cmds[i].Err()
 		switch {
-		case !redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT"): // nil first: HasErrorPrefix allocates
 			c.finish(cmds[i].Val(), timedOut(c.ctx, err))
 		case c.ctx.Err() != nil:
 			// Its caller has gone (see do) and the script did not run:

@@ -467,8 +467,11 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 // context.DeadlineExceeded, as lockcore and its observers expect of a node
 // that did not answer in time (go-redis reports the socket's "i/o timeout").
 func timedOut(ctx context.Context, err error) error {
+	if err == nil { // before ne, which escapes: no allocation on success
+		return nil
+	}
 	var ne net.Error
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+	if errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		return err
 	}
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
