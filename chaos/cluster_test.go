@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
@@ -197,7 +200,10 @@ type cluster struct {
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
 	bin := gatewayBinary(t)
-	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true}), proxied: []int{3, 4}}
+	// Redis records every event slower than 25 ms (read at the end by
+	// stalls): an fsync that holds a node up shows there.
+	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true,
+		Args: []string{"--latency-monitor-threshold", "25"}}), proxied: []int{3, 4}}
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		urls[i] = n.URL()
@@ -298,6 +304,42 @@ func (c *cluster) memory(t *testing.T) []NodeMemory {
 			}
 		}
 		conn.Close()
+	}
+	return out
+}
+
+// stalls reads, per node, every event Redis recorded as slower than 25 ms
+// (LATENCY LATEST for the kinds, LATENCY HISTORY for their samples, the
+// last 160 per kind), in run time (started is when the run's clock
+// began). A node restarted during the run shows only what happened since.
+func (c *cluster) stalls(t *testing.T, started time.Time) []Stall {
+	t.Helper()
+	var out []Stall
+	for i, n := range c.nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		rows, err := rdb.Do(ctx, "LATENCY", "LATEST").Slice()
+		for _, row := range rows {
+			r, ok := row.([]any)
+			if !ok || len(r) < 1 {
+				continue
+			}
+			event, _ := r[0].(string)
+			samples, _ := rdb.Do(ctx, "LATENCY", "HISTORY", event).Slice()
+			for _, sample := range samples {
+				if v, ok := sample.([]any); ok && len(v) == 2 {
+					at, _ := v[0].(int64)
+					ms, _ := v[1].(int64)
+					out = append(out, Stall{Node: i, Event: event, At: time.Unix(at, 0).Sub(started),
+						Took: time.Duration(ms) * time.Millisecond})
+				}
+			}
+		}
+		cancel()
+		_ = rdb.Close()
+		if err != nil {
+			t.Logf("node %d: LATENCY LATEST: %v", i, err)
+		}
 	}
 	return out
 }

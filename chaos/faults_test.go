@@ -134,6 +134,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 	}
 	s.Duration = rec.Now()
 	s.MemAfter = cl.memory(t)
+	s.Stalls = cl.stalls(t, time.Now().Add(-rec.Now()))
 	for len(w.pauseDone) > 0 { // stalls the nemesis stopped waiting for
 		n.add(<-w.pauseDone)
 	}
@@ -177,6 +178,13 @@ func logSummary(t *testing.T, s *Summary) {
 	}
 	chosen, minted, _ := s.Leases()
 	t.Logf("successful acquires: lease chosen by the client %d, minted by the gateway %d", chosen, minted)
+	for i, st := range s.Stalls {
+		if i == 10 {
+			t.Logf("  … %d more node stalls", len(s.Stalls)-10)
+			break
+		}
+		t.Logf("node %d stalled: %s %v at %v of the run", st.Node, st.Event, st.Took, st.At.Round(time.Second))
+	}
 	explained, unexplained := s.Unavailable()
 	t.Logf("answers 503: %d near a fault, %d with no fault near", explained, len(unexplained))
 	if len(unexplained) > 0 {
@@ -185,7 +193,8 @@ func logSummary(t *testing.T, s *Summary) {
 			byGw[e.Gateway]++
 			bySec[int(e.Invoke/time.Second)]++
 		}
-		t.Logf("  503 with no fault near, by gateway %v, by second of the run %v", byGw, bySec)
+		t.Logf("  503 with no fault near, by gateway %v, by second of the run %v; %d began within a second of a node's stall",
+			byGw, bySec, s.NearStall(unexplained))
 	}
 	for i, e := range unexplained {
 		if i == 5 {

@@ -137,3 +137,13 @@ type Fault struct {
 	// sent to one of them waits, unanswered, until the fault ends.
 	Gateways []int
 }
+
+// Stall is an event a node recorded as slower than the latency monitor's
+// threshold (Redis's LATENCY HISTORY), such as an fsync of its AOF. At is
+// in run time, to the second (Redis records whole seconds).
+type Stall struct {
+	Node  int
+	Event string
+	At    time.Duration
+	Took  time.Duration
+}

@@ -45,6 +45,8 @@ type Summary struct {
 	// nodes that lost their data at some point.
 	MaxFaultyNodes int
 	WipedNodes     []int
+	// Stalls are the node events slower than 25 ms (see Stall).
+	Stalls []Stall
 	// Unprotected is the run of the two episodes with the protection off,
 	// when the report includes one.
 	Unprotected *Summary
@@ -133,6 +135,21 @@ func (s *Summary) faultCovers(e Event) bool {
 	return false
 }
 
+// NearStall counts the events of es that began within a second of a stall
+// of a node (Redis records stalls to the whole second).
+func (s *Summary) NearStall(es []Event) int {
+	n := 0
+	for _, e := range es {
+		for _, st := range s.Stalls {
+			if st.At-time.Second <= e.Invoke && e.Invoke < st.At+2*time.Second {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // ServerErrors counts answers 500–599 other than 503, which the gateway
 // must never give.
 func (s *Summary) ServerErrors() int {
@@ -219,8 +236,30 @@ func (s *Summary) Markdown() string {
 	}
 	p("\nStale writes refused by the fenced register: **%d**. Gateway answers 5xx other than 503: **%d**.\n\n", s.Refused, s.ServerErrors())
 	explained, unexplained := s.Unavailable()
-	p("Answers 503: **%d** while a fault, or its recovery bound after it healed, could explain them; **%d** with no fault near.\n\n",
+	p("Answers 503: **%d** while a fault, or its recovery bound after it healed, could explain them; **%d** with no fault near",
 		explained, len(unexplained))
+	if len(unexplained) > 0 {
+		p(", of which %d began within a second of a node's stall over 25 ms", s.NearStall(unexplained))
+	}
+	p(".\n\n")
+	if len(s.Stalls) > 0 {
+		worst := map[string]time.Duration{}
+		count := map[string]int{}
+		var kinds []string
+		for _, st := range s.Stalls {
+			if count[st.Event] == 0 {
+				kinds = append(kinds, st.Event)
+			}
+			count[st.Event]++
+			worst[st.Event] = max(worst[st.Event], st.Took)
+		}
+		slices.Sort(kinds)
+		var parts []string
+		for _, k := range kinds {
+			parts = append(parts, fmt.Sprintf("%s ×%d (worst %v)", k, count[k], worst[k]))
+		}
+		p("Node stalls over 25 ms that Redis recorded (LATENCY HISTORY, nodes not restarted since): %s.\n\n", strings.Join(parts, ", "))
+	}
 
 	if u := s.Unprotected; u != nil {
 		p("## With the protection off\n\n")

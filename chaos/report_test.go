@@ -104,3 +104,17 @@ func TestUnavailableTellsFaultsFromBusyness(t *testing.T) {
 		})
 	}
 }
+
+func TestNearStallCountsCallsInTheStallsSecond(t *testing.T) {
+	s := &Summary{Stalls: []Stall{{Node: 2, Event: "aof-fsync-always", At: ms(29000), Took: 46 * time.Millisecond}}}
+	tests := []struct {
+		invoke int
+		near   bool
+	}{{27900, false}, {28000, true}, {29500, true}, {30999, true}, {31000, false}}
+	for _, tc := range tests {
+		e := Event{Op: OpAcquire, Status: 503, Invoke: ms(tc.invoke)}
+		if got := s.NearStall([]Event{e}) == 1; got != tc.near {
+			t.Errorf("a 503 sent at %d ms: near the stall at 29 s = %v, want %v", tc.invoke, got, tc.near)
+		}
+	}
+}
