@@ -142,7 +142,16 @@
 // loss is detected (step 5) before the lost node's answers count.
 //
 // A new cluster, in which no node that answers was ever initialized (and at
-// least a quorum answers), is initialized at once with zero counters. When a
+// least a quorum answers), is initialized at once with zero counters.
+// Gateway replicas that start together do this together, node by node, so
+// a replica can find some nodes initialized and others not yet: it leaves
+// such a node alone for bootGrace (see guard.go) before it quarantines it
+// as one that lost its data (a node it saw initialized before is Lost and
+// quarantined at once). Waiting is safe: a node without counters refuses
+// every lock operation, and only the bootstrap of a new cluster gives a
+// node zero counters. A repair and a quarantine of one node by two replicas
+// at once leave it either quarantined or in service with no slot marked
+// (redisnode's serve.lua compares the quarantine epoch). When a
 // node must be repaired but fewer than a quorum of other nodes are in
 // service (one node alone, or a majority that lost data), its counters are
 // also raised to a floor from the wall clock (1000 per millisecond since

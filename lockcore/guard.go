@@ -58,11 +58,28 @@ type guard struct {
 	mu     sync.Mutex
 	states []NodeState // per node, as last reported
 	wake   *time.Timer // a pass when the earliest quarantine ends
+
+	// uninitSince is, per node, when a pass first found it uninitialized
+	// in a cluster that is not new (zero once it is seen initialized).
+	// Only the guard's passes, one at a time, use it.
+	uninitSince []time.Time
 }
+
+// bootGrace is how long a node may stay uninitialized, in a cluster whose
+// other nodes are initialized, before it is quarantined as one that lost
+// its data. Another gateway may be initializing a new cluster node by node
+// (bootstrap, within bulkTimeout): quarantining a node it has not reached
+// yet would keep that node out of service for the quarantine (MaxTTL), and
+// two such nodes of three would stop the cluster for as long. Waiting is
+// safe: an uninitialized node has no counters, so every lock operation on
+// it fails and changes nothing, and nothing initializes it with zero
+// counters but the bootstrap of a new cluster (see fresh). A node that
+// this gateway saw initialized before is Lost, and quarantined at once.
+const bootGrace = 2 * bulkTimeout
 
 func newGuard(r *Redlock) *guard {
 	return &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		states: make([]NodeState, len(r.nodes))}
+		states: make([]NodeState, len(r.nodes)), uninitSince: make([]time.Time, len(r.nodes))}
 }
 
 // ready makes the first pass over the nodes on first use, in the calling
@@ -184,11 +201,17 @@ func (g *guard) pass(ctx context.Context) {
 		return
 	}
 	next := time.Duration(-1) // until the earliest quarantine still running ends
+	now := time.Now()
 	for i, c := range res {
 		if c.err != nil {
 			continue
 		}
+		if c.h.Initialized || c.h.Lost {
+			g.uninitSince[i] = time.Time{}
+		}
 		switch h := c.h; {
+		case !h.Lost && !h.Initialized && g.booting(i, now):
+			next = pick(next, g.r.opt.CheckInterval) // look again soon; it may be initialized meanwhile
 		case h.Lost || !h.Initialized:
 			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
 			next = pick(next, g.r.quarantine())
@@ -201,6 +224,16 @@ func (g *guard) pass(ctx context.Context) {
 	if next >= 0 {
 		g.wakeIn(next)
 	}
+}
+
+// booting reports whether node i, found uninitialized (not lost) in a
+// cluster that is not new, is still within bootGrace of when a pass first
+// found it so (see bootGrace).
+func (g *guard) booting(i int, now time.Time) bool {
+	if g.uninitSince[i].IsZero() {
+		g.uninitSince[i] = now
+	}
+	return now.Sub(g.uninitSince[i]) < bootGrace
 }
 
 // pick returns the shorter of d and e, where a negative d means none yet.

@@ -236,6 +236,11 @@ func TestALaggingNodeCatchesUp(t *testing.T) {
 			t.Cleanup(func() { px.Close() })
 			rl := lossRedlockAt(t, []string{srvs[0].URL(), srvs[1].URL(), "redis://" + px.Addr()}, protect)
 			const res = "catch-up"
+			// Every node initialized first: node 2 then restarts from its
+			// AOF (appendfsync always) with its data, only behind.
+			if err := rl.Ready(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			srvs[2].Kill()
 			for range 4 {
 				cycle(t, rl, res)

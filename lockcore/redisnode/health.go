@@ -215,8 +215,40 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
+// ErrQuarantining is what Repair fails with when a quarantine of the node
+// has begun but not every slot is marked yet: the repair would race it.
+// The guard quarantines such a node again (see Check), then repairs it.
+var ErrQuarantining = errors.New("redisnode: a quarantine of the node is under way")
+
+// ErrRequarantined is what Repair fails with when a quarantine began while
+// it ran: the node stays out of service (its quarantine's marks may have
+// reached slots after the repair cleared them) until a later repair.
+var ErrRequarantined = errors.New("redisnode: quarantined again while being repaired; left out of service")
+
+// repairEpoch reads the quarantine epoch a repair begins in (0 for a node
+// never quarantined), and fails with ErrQuarantining while a quarantine is
+// under way.
+func (n *Node) repairEpoch(ctx context.Context) (int64, error) {
+	v, err := n.rdb.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
+	if err != nil {
+		return 0, timedOut(ctx, err)
+	}
+	if v[0] != nil && v[1] == nil {
+		return 0, ErrQuarantining
+	}
+	s, _ := v[2].(string)
+	if s == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
 // Repair implements lockcore.Node: repair.lua on every slot (pipelined),
-// then serve.lua: the node is initialized and out of quarantine. The floor
+// then serve.lua: the node is initialized and out of quarantine, unless a
+// quarantine began meanwhile (ErrRequarantined) or is under way when the
+// repair begins (ErrQuarantining): two gateways, one repairing the node and
+// one quarantining it, always leave it either in service with no slot
+// marked, or quarantined. The floor
 // also takes in the per-resource counters of an earlier lockgate, if any
 // are on the node (see legacyCounters); they are deleted once the slots
 // hold them.
@@ -225,6 +257,10 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
 	floor = slices.Clone(floor)
+	epoch, err := n.repairEpoch(ctx)
+	if err != nil {
+		return err
+	}
 	legacy, err := n.legacyCounters(ctx, floor)
 	if err != nil {
 		return err
@@ -239,8 +275,11 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if err := execAll(ctx, pipe); err != nil {
 		return err
 	}
-	if err := serveScript.Run(ctx, n.rdb, []string{metaKey}).Err(); err != nil {
+	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Int64(); {
+	case err != nil:
 		return err
+	case served != 1:
+		return ErrRequarantined
 	}
 	if len(legacy) > 0 { // folded into the slots above: no longer needed
 		pipe := n.rdb.Pipeline()

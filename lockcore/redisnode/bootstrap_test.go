@@ -1,0 +1,203 @@
+package redisnode_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
+)
+
+// health checks srv with a Node of its own, as a gateway that never saw it
+// would.
+func health(t *testing.T, srv *redistest.Server) lockcore.NodeHealth {
+	t.Helper()
+	n := connect(t, srv)
+	defer n.Close()
+	h, err := n.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// gateway is a Redlock over srvs with nodes as a gateway replica makes them
+// (nothing initialized beforehand), closed when t ends.
+func gateway(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options) *lockcore.Redlock {
+	t.Helper()
+	nodes := make([]lockcore.Node, len(srvs))
+	for i, s := range srvs {
+		n, err := redisnode.New(s.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		nodes[i] = n
+	}
+	rl, err := lockcore.New(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	return rl
+}
+
+// initializeServer puts srv's node in service with zero counters, as the
+// bootstrap of a new cluster does.
+func initializeServer(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	n := connect(t, srv)
+	defer n.Close()
+	if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestANodeAnotherGatewayIsInitializingIsNotQuarantined: a gateway that
+// starts while another is initializing a new cluster node by node finds
+// some nodes initialized and others not yet. It must not quarantine those
+// (for MaxTTL: two of three would stop the cluster for as long), and must
+// use them once they are initialized.
+func TestANodeAnotherGatewayIsInitializingIsNotQuarantined(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	initializeServer(t, srvs[0])
+	initializeServer(t, srvs[1]) // the other gateway has not reached node 2 yet
+	rl := gateway(t, srvs, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 20 * time.Millisecond})
+	if err := rl.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a few more passes of the guard
+	if h := health(t, srvs[2]); h.Initialized || h.Quarantined {
+		t.Fatalf("node 2, not initialized yet, after the new gateway's passes: %+v; want it left alone", h)
+	}
+	initializeServer(t, srvs[2])
+	// Take the lock on a quorum that must include node 2: node 0 down.
+	srvs[0].Pause()
+	defer srvs[0].Resume()
+	acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "boot", TTL: 5 * time.Second}, 2*time.Second)
+}
+
+// TestGatewaysStartingTogetherOnANewCluster starts three gateways at once
+// on a new three-node cluster, fifteen times. Every time, every node must
+// end in service, and a lock must be granted at once. Before bootGrace,
+// about one start in four quarantined two of the three nodes: no quorum for
+// the length of a quarantine.
+func TestGatewaysStartingTogetherOnANewCluster(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	for round := range 15 {
+		for _, s := range srvs {
+			n := connect(t, s)
+			if err := n.Client().FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			n.Close()
+		}
+		var rls []*lockcore.Redlock
+		for range 3 {
+			rls = append(rls, gateway(t, srvs, &lockcore.Options{CheckInterval: 50 * time.Millisecond}))
+		}
+		var wg sync.WaitGroup
+		for g, rl := range rls {
+			wg.Go(func() {
+				// Rounds stagger the starts by 0 to 80 ms.
+				time.Sleep(time.Duration(g*(round%5)) * 20 * time.Millisecond)
+				_ = rl.Ready(context.Background())
+			})
+		}
+		wg.Wait()
+		for i, s := range srvs {
+			if h := health(t, s); !h.Initialized || h.Quarantined || h.Lost {
+				t.Errorf("round %d: node %d after the starts: %+v; want it in service", round, i, h)
+			}
+		}
+		for g, rl := range rls {
+			l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "together", TTL: time.Second}, 2*time.Second)
+			if err := rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "together", LeaseID: l.ID}); err != nil {
+				t.Errorf("round %d gateway %d: release: %v", round, g, err)
+			}
+		}
+		for _, rl := range rls {
+			rl.Close()
+		}
+	}
+}
+
+// TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole: one gateway repairs a
+// node (here, initializes it) while another quarantines it, both thousands
+// of pipelined commands that interleave on the server. Whatever the order,
+// the node must end either quarantined, or in service with no slot marked:
+// a node in service with marked slots refuses those slots' locks for good,
+// since no check finds anything to repair. Before serve.lua checked the
+// quarantine epoch, most rounds ended that way.
+func TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	repairer, quarantiner := connect(t, srv), connect(t, srv)
+	outcomes := map[string]int{}
+	for round := range 12 {
+		if err := repairer.Client().FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var rerr, qerr error
+		wg.Go(func() { rerr = repairer.Repair(context.Background(), make([]int64, lockcore.FenceSlots)) })
+		wg.Go(func() {
+			time.Sleep(time.Duration(round%4) * 2 * time.Millisecond) // vary the overlap
+			qerr = quarantiner.Quarantine(context.Background())
+		})
+		wg.Wait()
+		if qerr != nil {
+			t.Fatalf("round %d: quarantine: %v", round, qerr)
+		}
+		h := health(t, srv)
+		switch {
+		case h.Quarantined:
+			outcomes["quarantined"]++
+		case !h.Initialized || h.Lost:
+			t.Errorf("round %d: the node is %+v (repair: %v)", round, h, rerr)
+		default:
+			c := connect(t, srv)
+			if _, err := c.Check(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Counters(context.Background()); err != nil {
+				t.Errorf("round %d: the node is in service but its counters read %v (repair: %v)", round, err, rerr)
+			} else {
+				outcomes["in service"]++
+			}
+			c.Close()
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+// TestARepairDuringAQuarantinesMarkingIsRefused: a repair that begins while
+// a quarantine is still marking the slots (qsince set, qdone not yet) must
+// not run: it would clear marks the quarantine then sets again, and put the
+// node in service with them.
+func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	n := connect(t, srv)
+	ctx := context.Background()
+	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); !errors.Is(err, redisnode.ErrQuarantining) {
+		t.Fatalf("Repair during the marking: %v, want ErrQuarantining", err)
+	}
+	if h := health(t, srv); !h.Quarantined {
+		t.Fatalf("after the refused repair: %+v, want still quarantined", h)
+	}
+	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "qdone", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+		t.Fatalf("Repair once the marking is done: %v", err)
+	}
+	if h := health(t, srv); h.Quarantined || !h.Initialized {
+		t.Fatalf("after the repair: %+v, want in service", h)
+	}
+}
