@@ -215,8 +215,9 @@ func (s *Summary) Markdown() string {
 	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
 		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
 	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync always`), nodes 3 and 4 behind a fault proxy;\n", s.Nodes)
-	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources; TTL %v. Data-loss protection: **%s**.\n\n",
-		s.Gateways, s.Clients, s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
+	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources, sending their own `Lease-Id` in half\n", s.Gateways, s.Clients)
+	p("the cycles and none (the gateway mints one) in the others; TTL %v. Data-loss protection: **%s**.\n\n",
+		s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
 
 	p("## Checkers\n\n| check | property | result |\n|---|---|---|\n")
 	p("| C1 | no overlapping grants of a resource in fault-free windows | %s (%d overlaps inside fault windows, reported, not judged) |\n", verdict(s.C1), s.C1Excused)
