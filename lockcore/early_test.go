@@ -3,11 +3,14 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/internal/waitroom"
 	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
@@ -257,4 +260,254 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 			return h.Found && h.Lease == l.ID && h.Token == l.Token
 		})
 	})
+}
+
+// TestALateReleaseIsActedOn shows what Redlock.Release does with a node's
+// release that comes after the release was answered at the first quorum:
+// the node is announced to this Redlock's waiting room, and when it says
+// that a waiter through another replica was refused there
+// (NodeReply.Wanted), this Redlock's waiters let that one try first. Each
+// case fails when its step of Release's late callback is removed.
+//
+// A node that is a Watcher announces its releases to every replica's
+// waiters by itself, so these cases run the releasing Redlock over nodes
+// that are not (bare): all its waiters hear of a release is what its own
+// calls tell them. That is the case of nodes that are no Watchers, and of
+// a queue whose subscription to the late node failed (which otherwise
+// polls once a second). Nor are bare nodes HandOffers, so a release is a
+// release, never a hand-off.
+//
+// The late node's release matters only to a waiter that needs it and has
+// heard of no quorum without it: one whose last attempt began after the
+// quorum's release was announced and was granted by no node (after a
+// split vote a waiter ignores news of a free lock until its pause ends,
+// and then retries anyway). lateScene builds that.
+func TestALateReleaseIsActedOn(t *testing.T) {
+	t.Run("announced: it wakes a waiter that needs that node", func(t *testing.T) {
+		// W needs B and C (A is down). B was announced free after W's last
+		// attempt began; C's late release makes a quorum, and W gets the
+		// lock at once. Without the announcement W sleeps on, until its
+		// wait runs out, though the lock is free.
+		s := newLateScene(t, lateOthers{})
+		s.openC()
+		select {
+		case r := <-s.w:
+			if r.err != nil {
+				t.Fatalf("waiter: %v", r.err)
+			}
+			if h := s.wc.holders(t, s.resource); h[1].Lease != r.lease.ID || h[2].Lease != r.lease.ID {
+				t.Fatalf("holders %+v; want the waiter's lease on B and C", h)
+			}
+		case <-time.After(wakeBound):
+			t.Fatalf("the waiter still waits %v (real time) after node C's late release freed the lock on B and C: "+
+				"nothing told it of C's release (it sleeps until %v, the clock stands at %v)",
+				wakeBound, s.wc.clock.Sleepers(), s.wc.clock.Now())
+		}
+	})
+
+	t.Run("wanted: the releasing replica yields to the other replica's waiter", func(t *testing.T) {
+		// Y waits through another Redlock over the same nodes, Watchers:
+		// it hears of B's and C's releases from the nodes. It began to
+		// wait after the quorum's release, so only C, still held, refused
+		// it there, and only C's late release says the lock is wanted
+		// elsewhere. When it comes, Y tries and gets the lock, while W,
+		// due to try as well, first sleeps for waitroom.YieldFor. Without
+		// the yield W tries at once, racing Y for a lock Y was refused.
+		y := make(chan acquired, 1)
+		s := newLateScene(t, lateOthers{waiters: 1, refusals: 2, start: func(s *lateScene) {
+			// Y's first try and its first attempt in its queue: B refuses
+			// both (X's copy).
+			startWaiter(context.Background(), s.wc.rl, 1, lockcore.AcquireRequest{Resource: s.resource, TTL: earlyTTL, Wait: longWait}, y)
+		}})
+		before := s.acquires()
+		s.openC()
+		yields := s.wc.clock.Now().Add(waitroom.YieldFor)
+		for end := time.Now().Add(wakeBound); ; time.Sleep(time.Millisecond) {
+			if n := s.acquires(); n != before {
+				t.Fatalf("the waiter on the releasing replica tried at once (%d node calls) after node C's late release "+
+					"said that a waiter through another replica was refused there; it must let that one try first", n-before)
+			}
+			if slices.ContainsFunc(s.wc.clock.Sleepers(), yields.Equal) {
+				break // W is due, and sleeps until the yield ends
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the waiter on the releasing replica neither tried nor yielded after node C's late release "+
+					"(asleep until %v, the clock stands at %v; want one until %v)", s.wc.clock.Sleepers(), s.wc.clock.Now(), yields)
+			}
+		}
+		if r := next(t, y, wakeBound); r.err != nil {
+			t.Fatalf("the waiter through the other replica: %v", r.err)
+		}
+		if n := s.acquires(); n != before {
+			t.Fatalf("the waiter on the releasing replica tried (%d node calls) before its yield ended", n-before)
+		}
+		// The yield ends; W tries, and Y holds the lock.
+		s.wc.clock.Advance(waitroom.YieldFor)
+		eventually(t, "the waiter on the releasing replica tries once the yield ends", func() bool { return s.acquires() > before })
+		s.wc.parked(t, 1)
+		none(t, s.w)
+	})
+}
+
+// lateScene is the scene of TestALateReleaseIsActedOn, on three nodes A, B
+// and C (0, 1 and 2) and a fake clock that stands still:
+//   - H holds the lock through rl, a Redlock over bare nodes; W waits
+//     through rl, refused by every node, and sleeps until its wait runs
+//     out;
+//   - H releases through rl. C's release is held at a gate, so the
+//     release is answered at A and B, and rl's announcement of them wakes
+//     W to try;
+//   - A goes down at once, and X, a request through rl that does not
+//     wait, takes B: W's attempt is refused by B (X) and C (H) and granted
+//     by none, so it is no split vote;
+//   - X, refused by C and short of a quorum, gives B back, which rl
+//     announces to W. One node is no quorum: W sleeps on.
+//
+// B and C are then all W needs, and C's release is held: openC lets it
+// through.
+type lateScene struct {
+	wc       *waitCluster
+	rl       *lockcore.Redlock // over bare, on wc's clock
+	bare     []*bare
+	resource string
+	w        chan acquired // W's answer
+	openC    func()
+}
+
+// lateOthers are waiters through another Redlock (wc.rl) that join a
+// lateScene between the quorum's release and X's attempt: start starts
+// them, waiters is how many go to sleep, and refusals how many of their
+// acquisitions B refuses (X holds it) before X gives B back.
+type lateOthers struct {
+	waiters  int
+	refusals int32
+	start    func(s *lateScene)
+}
+
+// bare is a node that is no Watcher and no HandOffer: it has only the
+// methods of lockcore.Node. It counts its acquisitions, and its releases
+// of lease hold wait for gate.
+type bare struct {
+	lockcore.Node
+	hold     string
+	gate     chan struct{}
+	acquired atomic.Int64
+}
+
+func (b *bare) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
+	b.acquired.Add(1)
+	return b.Node.Acquire(ctx, req)
+}
+
+func (b *bare) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
+	if lease == b.hold {
+		select {
+		case <-b.gate:
+		case <-ctx.Done():
+			return lockcore.NodeReply{}, ctx.Err()
+		}
+	}
+	return b.Node.Release(ctx, resource, lease, ifToken)
+}
+
+// acquires returns how many acquisitions rl has sent to the nodes.
+func (s *lateScene) acquires() int64 {
+	var n int64
+	for _, b := range s.bare {
+		n += b.acquired.Load()
+	}
+	return n
+}
+
+// newLateScene builds a lateScene, with others joining it.
+func newLateScene(t *testing.T, others lateOthers) *lateScene {
+	t.Helper()
+	opts := &lockcore.Options{NodeTimeout: earlyTimeout, MinTTL: 2 * earlyTimeout, MaxTTL: time.Hour}
+	wc := newWaitCluster(t, memNodes, 3, opts, false)
+	gate := make(chan struct{})
+	s := &lateScene{wc: wc, resource: "late", w: make(chan acquired, 1)}
+	var once sync.Once
+	s.openC = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(s.openC)
+	nodes := make([]lockcore.Node, len(wc.nodes))
+	for i, n := range wc.nodes {
+		b := &bare{Node: n}
+		if i == 2 {
+			b.hold, b.gate = leaseA, gate
+		}
+		s.bare = append(s.bare, b)
+		nodes[i] = b
+	}
+	rl, err := lockcore.New(nodes, wc.options(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	s.rl = rl
+
+	holder := mustAcquire(t, rl, lockcore.AcquireRequest{Resource: s.resource, LeaseID: leaseA, TTL: earlyTTL})
+	startWaiter(context.Background(), rl, 0, lockcore.AcquireRequest{Resource: s.resource, TTL: earlyTTL, Wait: longWait}, s.w)
+	wc.parked(t, 1)
+
+	// From the release on: A fails at the first acquisition it gets; a
+	// waiter's acquisition reaches B only once X holds it; X's reaches C
+	// only once B has refused W and the others.
+	a, b, c := wc.nodes[0], wc.nodes[1], wc.nodes[2]
+	a.SetBeforeAcquire(func(lockcore.NodeAcquire) { a.SetDown(errDown) })
+	xOnB, refused := make(chan struct{}), make(chan struct{})
+	var xOnce, refusedOnce sync.Once
+	t.Cleanup(func() { // unblock what a failed test left waiting
+		xOnce.Do(func() { close(xOnB) })
+		refusedOnce.Do(func() { close(refused) })
+	})
+	var refusals atomic.Int32
+	b.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+		if req.Waits {
+			<-xOnB
+		}
+	})
+	b.SetAfterAcquire(func(req lockcore.NodeAcquire, rep lockcore.NodeReply) {
+		switch {
+		case !req.Waits:
+			xOnce.Do(func() { close(xOnB) })
+		case rep.Status == lockcore.StatusTaken && refusals.Add(1) == 1+others.refusals:
+			refusedOnce.Do(func() { close(refused) })
+		}
+	})
+	c.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+		if !req.Waits {
+			<-refused
+		}
+	})
+
+	var rerr error
+	within(t, "the holder's release", func() {
+		rerr = rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: s.resource, LeaseID: holder.ID})
+	})
+	if rerr != nil {
+		t.Fatalf("the holder's release: %v", rerr)
+	}
+	if others.start != nil {
+		others.start(s)
+	}
+	xerr := make(chan error, 1)
+	go func() {
+		_, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: s.resource, TTL: earlyTTL})
+		xerr <- err
+	}()
+	select {
+	case err := <-xerr:
+		if !errors.Is(err, lockcore.ErrTaken) {
+			t.Fatalf("X's attempt: %v; want ErrTaken (A down, C held)", err)
+		}
+	case <-time.After(wakeBound):
+		t.Fatalf("X's attempt still under way after %v: B did not refuse %d waiters' acquisitions (%d so far)",
+			wakeBound, 1+others.refusals, refusals.Load())
+	}
+	wc.parked(t, 1+others.waiters)
+	if h := wc.holders(t, s.resource); h[0].Found || h[1].Found || h[2].Lease != leaseA {
+		t.Fatalf("holders %+v; want only the holder's copy, on C", h)
+	}
+	none(t, s.w)
+	return s
 }

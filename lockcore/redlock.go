@@ -894,7 +894,13 @@ func (r *Redlock) Release(ctx context.Context, req ReleaseRequest) error {
 	}, r.matched, func(res nodeResult, _ int64) {
 		// A node that released late is announced as those heard are; one
 		// that did not answer keeps its copy until its TTL runs out, as
-		// when the release waits for it and it fails.
+		// when the release waits for it and it fails. The quorum's
+		// announcement does not cover it: a waiter here that needs this
+		// node (its last attempt began after that announcement and no
+		// node granted it) hears of its release from nobody else when the
+		// node is no Watcher or the queue's subscription to it failed; and
+		// a Wanted that only this node reports is yielded to only here
+		// (TestALateReleaseIsActedOn).
 		if res.err == nil && res.reply.Status == StatusOK {
 			if res.reply.Wanted {
 				r.waits.yield(req.Resource)
