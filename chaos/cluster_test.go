@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -200,8 +202,8 @@ type cluster struct {
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
 	bin := gatewayBinary(t)
-	// Redis records every event slower than 25 ms (read at the end by
-	// stalls): an fsync that holds a node up shows there.
+	// Redis records every event slower than 25 ms (collected by stallLog):
+	// an fsync that holds a node up shows there.
 	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true,
 		Args: []string{"--latency-monitor-threshold", "25"}}), proxied: []int{3, 4}}
 	urls := make([]string, len(c.nodes))
@@ -308,17 +310,30 @@ func (c *cluster) memory(t *testing.T) []NodeMemory {
 	return out
 }
 
-// stalls reads, per node, every event Redis recorded as slower than 25 ms
-// (LATENCY LATEST for the kinds, LATENCY HISTORY for their samples, the
-// last 160 per kind), in run time (started is when the run's clock
-// began). A node restarted during the run shows only what happened since.
-func (c *cluster) stalls(t *testing.T, started time.Time) []Stall {
-	t.Helper()
-	var out []Stall
-	for i, n := range c.nodes {
-		rdb := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true})
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		rows, err := rdb.Do(ctx, "LATENCY", "LATEST").Slice()
+// stallLog collects the events the nodes record as slower than 25 ms
+// (LATENCY LATEST for the kinds, LATENCY HISTORY for their samples). A
+// node forgets its history when it restarts, so the run samples every node
+// every second (sample), and once more at the end; a sample is kept once.
+type stallLog struct {
+	c       *cluster
+	started time.Time // when the run's clock began
+	mu      sync.Mutex
+	seen    map[Stall]bool
+	all     []Stall
+}
+
+func newStallLog(c *cluster, started time.Time) *stallLog {
+	return &stallLog{c: c, started: started, seen: map[Stall]bool{}}
+}
+
+// sample reads every node's recorded stalls and keeps the new ones. A node
+// that does not answer within 300 ms (stopped, cut off) is skipped.
+func (l *stallLog) sample() {
+	for i, n := range l.c.nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true, MaxRetries: -1,
+			DialTimeout: 300 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		rows, _ := rdb.Do(ctx, "LATENCY", "LATEST").Slice()
 		for _, row := range rows {
 			r, ok := row.([]any)
 			if !ok || len(r) < 1 {
@@ -330,16 +345,44 @@ func (c *cluster) stalls(t *testing.T, started time.Time) []Stall {
 				if v, ok := sample.([]any); ok && len(v) == 2 {
 					at, _ := v[0].(int64)
 					ms, _ := v[1].(int64)
-					out = append(out, Stall{Node: i, Event: event, At: time.Unix(at, 0).Sub(started),
-						Took: time.Duration(ms) * time.Millisecond})
+					l.add(Stall{Node: i, Event: event, At: time.Unix(at, 0).Sub(l.started), Took: time.Duration(ms) * time.Millisecond})
 				}
 			}
 		}
 		cancel()
 		_ = rdb.Close()
-		if err != nil {
-			t.Logf("node %d: LATENCY LATEST: %v", i, err)
+	}
+}
+
+func (l *stallLog) add(st Stall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.seen[st] {
+		l.seen[st] = true
+		l.all = append(l.all, st)
+	}
+}
+
+// run samples every second until ctx ends.
+func (l *stallLog) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.sample()
 		}
 	}
+}
+
+// stalls samples once more and returns every stall kept, in time order.
+func (l *stallLog) stalls() []Stall {
+	l.sample()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.all)
+	slices.SortStableFunc(out, func(a, b Stall) int { return cmp.Compare(a.At, b.At) })
 	return out
 }

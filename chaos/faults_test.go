@@ -108,6 +108,10 @@ func runProfile(t *testing.T, p profile) *Summary {
 	maxCycles := int((p.duration+90*time.Second)/w.think) + 1
 	loadDone := make(chan struct{})
 	go func() { w.run(loadCtx, p.clients, maxCycles); close(loadDone) }()
+	stalls := newStallLog(cl, time.Now().Add(-rec.Now()))
+	stallCtx, stopStalls := context.WithCancel(context.Background())
+	stallsDone := make(chan struct{})
+	go func() { stalls.run(stallCtx); close(stallsDone) }()
 
 	sleepCtx(loadCtx, 2*time.Second) // warm-up: some grants on many resources before the first fault
 	n.run(loadCtx, nemCtx, p.episodeOnly, p.maxFaults)
@@ -134,7 +138,9 @@ func runProfile(t *testing.T, p profile) *Summary {
 	}
 	s.Duration = rec.Now()
 	s.MemAfter = cl.memory(t)
-	s.Stalls = cl.stalls(t, time.Now().Add(-rec.Now()))
+	stopStalls()
+	<-stallsDone
+	s.Stalls = stalls.stalls()
 	for len(w.pauseDone) > 0 { // stalls the nemesis stopped waiting for
 		n.add(<-w.pauseDone)
 	}

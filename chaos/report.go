@@ -259,7 +259,7 @@ func (s *Summary) Markdown() string {
 		for _, k := range kinds {
 			parts = append(parts, fmt.Sprintf("%s ×%d (worst %v)", k, count[k], worst[k]))
 		}
-		p("Node stalls over 25 ms that Redis recorded (LATENCY HISTORY, nodes not restarted since): %s.\n\n", strings.Join(parts, ", "))
+		p("Node stalls over 25 ms that Redis recorded (LATENCY HISTORY, read from every node every second): %s.\n\n", strings.Join(parts, ", "))
 	}
 
 	if u := s.Unprotected; u != nil {
