@@ -41,6 +41,8 @@ import (
 //     over HTTP on 127.0.0.1 (httptest.NewServer), as in the hand-off bench;
 //   - lockgate-1: the same over the first server alone;
 //   - lockgate-embedded: the same over one memnode (no Redis);
+//   - http-floor: an HTTP lock server that does no lock work (a map and a
+//     FIFO in memory, floor_test.go), for what HTTP alone costs here;
 //   - redsync-3: redsync/v4 in-process over the three servers, default
 //     options;
 //   - redislock-1: bsm/redislock in-process over the first server;
@@ -83,7 +85,7 @@ import (
 // LOCKGATE_BENCH_WINDOW), and a fresh gateway; the servers are flushed
 // between cases.
 
-var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow"}
+var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow"}
 
 // slowScenarios are the scenarios the -slow targets run in: lockgate-3 and
 // redsync-3 with the third server behind a proxy that delays every reply by
@@ -183,6 +185,8 @@ func (e *thrEnv) newTarget(tb testing.TB, name string) thrTarget {
 		return newLockgateOn(tb, e.c.srvs[:1], false)
 	case "lockgate-embedded":
 		return newLockgateOn(tb, nil, true)
+	case "http-floor":
+		return newFloorPeer()
 	case "redsync-3":
 		return newRedsync(e.c)
 	case "redislock-1":
@@ -1110,6 +1114,7 @@ func (run *thrRun) report() string {
 			"≤ 1.3", p, perP99, p <= 1.3, "%.2f")
 		row(fmt.Sprintf("contended C=%d: lockgate change of hands %%", c), "≥ 90", a.changePct(), perChange, a.changePct() >= 90, "%.1f")
 	}
+	run.floorReport(&b)
 	b.WriteString(fmt.Sprintf("\nOne slow node (the third server's replies delayed %v), C = 16, pooled (not a target of the issue; for the claim that a slow minority does not slow every call):\n\n", run.slowDelay))
 	b.WriteString("| target | uncontended pairs/s healthy → slow | slow ÷ healthy | acquire p50 ms healthy → slow | contended acquisitions/s healthy → slow | slow ÷ healthy |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, name := range []string{"lockgate-3", "redsync-3"} {
@@ -1122,6 +1127,40 @@ func (run *thrRun) report() string {
 			ms(pct(h.Acq, 50)), ms(pct(sl.Acq, 50)), hc.rate(), sc.rate(), ratio(sc.rate(), hc.rate()))
 	}
 	return b.String()
+}
+
+// floorReport writes what HTTP alone allows: the http-floor target (a lock
+// server that does no lock work, floor_test.go) beside redsync-3 and
+// lockgate-3, pooled over the rounds. No HTTP lock service on this machine
+// can do better than the floor, so a target that the floor misses is out of
+// reach over HTTP here.
+func (run *thrRun) floorReport(b *strings.Builder) {
+	if run.pairs[thrKey{"http-floor", scenario{false, 1}}] == nil || run.pairs[thrKey{"redsync-3", scenario{false, 1}}] == nil {
+		return
+	}
+	b.WriteString("\nWhat HTTP alone allows (http-floor: the same HTTP client and net/http server, a lock that is a map and a FIFO in memory, no lock work; pooled; not a target, a bound on any lock served over HTTP here):\n\n")
+	b.WriteString("| scenario | measure | http-floor | redsync-3 | lockgate-3 | floor ÷ redsync | lockgate ÷ floor |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, sc := range scenarios {
+		f, z, l := thrKey{"http-floor", sc}, thrKey{"redsync-3", sc}, thrKey{"lockgate-3", sc}
+		switch {
+		case sc.contended && run.cont[f] != nil && run.cont[z] != nil && run.cont[l] != nil:
+			a, r, g := run.cont[f], run.cont[z], run.cont[l]
+			fmt.Fprintf(b, "| %s | acquisitions/s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", sc, a.rate(), r.rate(), g.rate(),
+				ratio(a.rate(), r.rate()), ratio(g.rate(), a.rate()))
+			fmt.Fprintf(b, "| %s | idle p50 ms | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, ms(pct(a.idle, 50)), ms(pct(r.idle, 50)),
+				ms(pct(g.idle, 50)), ratio(ms(pct(a.idle, 50)), ms(pct(r.idle, 50))), ratio(ms(pct(g.idle, 50)), ms(pct(a.idle, 50))))
+		case !sc.contended && run.pairs[f] != nil && run.pairs[z] != nil && run.pairs[l] != nil:
+			a, r, g := run.pairs[f], run.pairs[z], run.pairs[l]
+			if sc.c == 1 {
+				fmt.Fprintf(b, "| %s | acquire p50 ms | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, ms(pct(a.Acq, 50)), ms(pct(r.Acq, 50)),
+					ms(pct(g.Acq, 50)), ratio(ms(pct(a.Acq, 50)), ms(pct(r.Acq, 50))), ratio(ms(pct(g.Acq, 50)), ms(pct(a.Acq, 50))))
+			}
+			fmt.Fprintf(b, "| %s | pairs/s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", sc, a.rate(), r.rate(), g.rate(),
+				ratio(a.rate(), r.rate()), ratio(g.rate(), a.rate()))
+			fmt.Fprintf(b, "| %s | bench process CPU s per 1,000 pairs | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, a.perK(a.CPU.self),
+				r.perK(r.CPU.self), g.perK(g.CPU.self), ratio(a.perK(a.CPU.self), r.perK(r.CPU.self)), ratio(g.perK(g.CPU.self), a.perK(a.CPU.self)))
+		}
+	}
 }
 
 func mib(x float64) float64 { return x / (1 << 20) }
