@@ -182,7 +182,7 @@ func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := connect(t, srv)
 	ctx := context.Background()
-	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "1").Err(); err != nil {
+	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "e1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); !errors.Is(err, redisnode.ErrQuarantining) {

@@ -161,12 +161,14 @@ func refusalReason(err error) string {
 }
 
 // Quarantine implements lockcore.Node: it records the quarantine's start on
-// the node (quarantine.lua), marks every slot's counter hash (q), then
-// records that every slot is marked (qdone). Every guarded script refuses a
-// marked slot, whichever gateway sends it.
+// the node with a new epoch (quarantine.lua), marks every slot's counter
+// hash (q), then records that every slot is marked (qdone.lua, unless a
+// later quarantine has begun meanwhile and does it). Every guarded script
+// refuses a marked slot, whichever gateway sends it.
 func (n *Node) Quarantine(ctx context.Context) error {
 	n.trusted.Store(false)
-	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}).Err(); err != nil {
+	epoch := lockcore.NewLeaseID() // random: see quarantine.lua
+	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err(); err != nil {
 		return err
 	}
 	pipe := n.rdb.Pipeline()
@@ -176,7 +178,7 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	if err := execAll(ctx, pipe); err != nil {
 		return err
 	}
-	return n.rdb.HSet(ctx, metaKey, "qdone", "1").Err()
+	return qdoneScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err()
 }
 
 // Counters implements lockcore.Node: one pipelined HMGET per slot. A slot
@@ -221,37 +223,37 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 var ErrQuarantining = errors.New("redisnode: a quarantine of the node is under way")
 
 // ErrRequarantined is what Repair fails with when a quarantine began while
-// it ran: the node stays out of service (its quarantine's marks may have
-// reached slots after the repair cleared them) until a later repair.
+// it ran, or the node lost its data: the node stays out of service until a
+// later repair (the slots the quarantine marked stay marked).
 var ErrRequarantined = errors.New("redisnode: quarantined again while being repaired; left out of service")
 
-// repairEpoch reads the quarantine epoch a repair begins in (0 for a node
+// repairEpoch reads the quarantine epoch a repair begins in ("" for a node
 // never quarantined), and fails with ErrQuarantining while a quarantine is
 // under way.
-func (n *Node) repairEpoch(ctx context.Context) (int64, error) {
+func (n *Node) repairEpoch(ctx context.Context) (string, error) {
 	v, err := n.rdb.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
 	if err != nil {
-		return 0, timedOut(ctx, err)
+		return "", timedOut(ctx, err)
 	}
 	if v[0] != nil && v[1] == nil {
-		return 0, ErrQuarantining
+		return "", ErrQuarantining
 	}
 	s, _ := v[2].(string)
-	if s == "" {
-		return 0, nil
-	}
-	return strconv.ParseInt(s, 10, 64)
+	return s, nil
 }
 
 // Repair implements lockcore.Node: repair.lua on every slot (pipelined),
-// then serve.lua: the node is initialized and out of quarantine, unless a
-// quarantine began meanwhile (ErrRequarantined) or is under way when the
-// repair begins (ErrQuarantining): two gateways, one repairing the node and
-// one quarantining it, always leave it either in service with no slot
-// marked, or quarantined. The floor
-// also takes in the per-resource counters of an earlier lockgate, if any
-// are on the node (see legacyCounters); they are deleted once the slots
-// hold them.
+// then serve.lua: the node is initialized and out of quarantine. Both act
+// only while the node's quarantine epoch is the one the repair began in: a
+// quarantine that began meanwhile (or a loss of the node's data) makes
+// every later step change nothing and Repair fail with ErrRequarantined,
+// and a repair that begins while a quarantine is still marking the slots
+// fails with ErrQuarantining. So two gateways, one repairing the node and
+// one quarantining it, leave it either in service with no slot marked, or
+// quarantined with every slot marked that the repair had not reached when
+// the quarantine began. The floor also takes in the per-resource counters
+// of an earlier lockgate, if any are on the node (see legacyCounters);
+// they are deleted once the slots hold them.
 func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
@@ -269,11 +271,17 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 		return err
 	}
 	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(slotKeys))
 	for i, k := range slotKeys {
-		pipe.EvalSha(ctx, repairScript.Hash(), []string{k}, strconv.FormatInt(floor[i], 10))
+		cmds[i] = pipe.EvalSha(ctx, repairScript.Hash(), []string{k, metaKey}, strconv.FormatInt(floor[i], 10), epoch)
 	}
 	if err := execAll(ctx, pipe); err != nil {
 		return err
+	}
+	for _, c := range cmds {
+		if v, _ := c.Int64(); v != 1 {
+			return ErrRequarantined
+		}
 	}
 	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Int64(); {
 	case err != nil:

@@ -117,6 +117,9 @@ var (
 	//go:embed quarantine.lua
 	quarantineLua    string
 	quarantineScript = redis.NewScript(liftLua + quarantineLua)
+	//go:embed qdone.lua
+	qdoneLua    string
+	qdoneScript = redis.NewScript(qdoneLua)
 	//go:embed serve.lua
 	serveLua    string
 	serveScript = redis.NewScript(liftLua + serveLua)

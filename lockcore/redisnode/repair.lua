@@ -1,7 +1,15 @@
 -- repair.lua: raise one slot's counter to at least a floor and put the slot
 -- back in service.
 -- KEYS[1] slot counter  lockgate:{tag}:tokens (see guard.lua)
+-- KEYS[2] meta hash     lockgate:{meta}:node (see check.lua)
 -- ARGV[1] floor (decimal; written as given, so it stays exact up to 2^53)
+-- ARGV[2] the quarantine epoch the repair began in ('' for none)
+-- Returns 1, or 0 without changing anything when the node's epoch is no
+-- longer ARGV[2]: a quarantine began since (its marks must stay), or the
+-- node lost its data.
+if (redis.call('HGET', KEYS[2], 'qepoch') or '') ~= ARGV[2] then
+  return 0
+end
 local cur = redis.call('HGET', KEYS[1], 'n')
 if not cur or tonumber(cur) < tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'n', ARGV[1])
