@@ -142,16 +142,26 @@
 // loss is detected (step 5) before the lost node's answers count.
 //
 // A new cluster, in which no node that answers was ever initialized (and at
-// least a quorum answers), is initialized at once with zero counters.
-// Gateway replicas that start together do this together, node by node, so
-// a replica can find some nodes initialized and others not yet: it leaves
-// such a node alone for bootGrace (see guard.go) before it quarantines it
-// as one that lost its data (a node it saw initialized before is Lost and
-// quarantined at once). Waiting is safe: a node without counters refuses
-// every lock operation, and only the bootstrap of a new cluster gives a
-// node zero counters. A repair and a quarantine of one node by two replicas
-// at once leave it either quarantined or in service with no slot marked
-// (redisnode's serve.lua compares the quarantine epoch). When a
+// least a quorum answers), is initialized at once with zero counters, unless
+// the gateway found an initialized or lost node before: it never takes the
+// cluster for a new one again. Gateway replicas that start together do this
+// together: each first marks every node as being initialized
+// (Node.MarkInitializing), then initializes them, so a replica can find some
+// nodes initialized and the others marked. It leaves a marked node alone for
+// bootGrace (20 s, on the node's clock; see guard.go) before it quarantines
+// it as one that lost its data. An empty node without the mark is
+// quarantined at once: the mark goes with the node's data, so a node that
+// restarted empty has none, and a quarantined node is initialized, so it
+// can never make the cluster look new. Waiting is safe: a node without
+// counters refuses every lock operation.
+//
+// A repair and a quarantine of one node by two replicas at once leave it
+// either quarantined, with every slot the repair had not reached marked, or
+// in service with no slot marked: every quarantine writes a new random epoch
+// on the node, and a repair's steps act only while the epoch is the one it
+// began in (which also stops a repair of a node that lost its data under
+// it); a quarantine records its marking done only while the epoch is its
+// own. When a
 // node must be repaired but fewer than a quorum of other nodes are in
 // service (one node alone, or a majority that lost data), its counters are
 // also raised to a floor from the wall clock (1000 per millisecond since
@@ -167,9 +177,11 @@
 //
 //   - A majority of the nodes losing data at once is not survived: if none
 //     of the nodes that answer remembers being initialized, they look like a
-//     new cluster and tokens start again (unless this gateway saw them
-//     initialized, in which case they are quarantined and repaired from the
-//     clock floor).
+//     new cluster and tokens start again (unless this gateway saw them, or
+//     another node, initialized, in which case they are quarantined and
+//     repaired from the clock floor; a gateway that finds one node
+//     initialized quarantines the empty ones at once, after which they look
+//     initialized to every gateway).
 //   - A restore from an older copy is found only by a gateway that saw the
 //     node's heartbeat before (gateways remember it in memory); all
 //     gateways restarting together forget it.

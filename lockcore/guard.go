@@ -59,27 +59,32 @@ type guard struct {
 	states []NodeState // per node, as last reported
 	wake   *time.Timer // a pass when the earliest quarantine ends
 
-	// uninitSince is, per node, when a pass first found it uninitialized
-	// in a cluster that is not new (zero once it is seen initialized).
-	// Only the guard's passes, one at a time, use it.
-	uninitSince []time.Time
+	// seen is set once a pass found any node initialized or lost: the
+	// cluster is not new, and this guard never initializes one as new
+	// again (see fresh). Only the guard's passes, one at a time, use it.
+	seen bool
 }
 
-// bootGrace is how long a node may stay uninitialized, in a cluster whose
-// other nodes are initialized, before it is quarantined as one that lost
-// its data. Another gateway may be initializing a new cluster node by node
-// (bootstrap, within bulkTimeout): quarantining a node it has not reached
-// yet would keep that node out of service for the quarantine (MaxTTL), and
-// two such nodes of three would stop the cluster for as long. Waiting is
-// safe: an uninitialized node has no counters, so every lock operation on
-// it fails and changes nothing, and nothing initializes it with zero
-// counters but the bootstrap of a new cluster (see fresh). A node that
-// this gateway saw initialized before is Lost, and quarantined at once.
+// bootGrace is how long a node may stay uninitialized but marked as being
+// initialized (NodeHealth.Initializing, on the node's clock), in a cluster
+// whose other nodes are initialized, before it is quarantined as one that
+// lost its data. Gateway replicas that start together on a new cluster
+// initialize it together: each first marks every node (MarkInitializing),
+// then initializes them (bootstrap, within bulkTimeout), so a replica can
+// find some nodes initialized and others only marked. Quarantining those
+// would keep them out of service for the quarantine (MaxTTL), and two of
+// three would stop the cluster for as long. Waiting is safe: such a node
+// has no counters, so every lock operation on it fails and changes
+// nothing. A node without the mark (it restarted empty: the mark goes
+// with the data) is quarantined at once, as is a node this gateway saw
+// initialized before (Lost): either could otherwise be initialized with
+// zero counters by a gateway that takes the cluster for a new one (see
+// fresh).
 const bootGrace = 2 * bulkTimeout
 
 func newGuard(r *Redlock) *guard {
 	return &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		states: make([]NodeState, len(r.nodes)), uninitSince: make([]time.Time, len(r.nodes))}
+		states: make([]NodeState, len(r.nodes))}
 }
 
 // ready makes the first pass over the nodes on first use, in the calling
@@ -201,17 +206,14 @@ func (g *guard) pass(ctx context.Context) {
 		return
 	}
 	next := time.Duration(-1) // until the earliest quarantine still running ends
-	now := time.Now()
 	for i, c := range res {
 		if c.err != nil {
 			continue
 		}
-		if c.h.Initialized || c.h.Lost {
-			g.uninitSince[i] = time.Time{}
-		}
 		switch h := c.h; {
-		case !h.Lost && !h.Initialized && g.booting(i, now):
-			next = pick(next, g.r.opt.CheckInterval) // look again soon; it may be initialized meanwhile
+		case !h.Lost && !h.Initialized && h.Initializing && h.InitializingFor < bootGrace:
+			// Look again soon: it may be initialized meanwhile.
+			next = pick(next, min(g.r.opt.CheckInterval, bootGrace-h.InitializingFor))
 		case h.Lost || !h.Initialized:
 			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
 			next = pick(next, g.r.quarantine())
@@ -224,16 +226,6 @@ func (g *guard) pass(ctx context.Context) {
 	if next >= 0 {
 		g.wakeIn(next)
 	}
-}
-
-// booting reports whether node i, found uninitialized (not lost) in a
-// cluster that is not new, is still within bootGrace of when a pass first
-// found it so (see bootGrace).
-func (g *guard) booting(i int, now time.Time) bool {
-	if g.uninitSince[i].IsZero() {
-		g.uninitSince[i] = now
-	}
-	return now.Sub(g.uninitSince[i]) < bootGrace
 }
 
 // pick returns the shorter of d and e, where a negative d means none yet.
@@ -259,7 +251,8 @@ func (g *guard) wakeIn(d time.Duration) {
 
 // fresh reports whether the nodes form a new cluster: none of those that
 // answered (at least a quorum) was ever initialized or is known to have
-// lost data. Such nodes are initialized at once, without quarantine.
+// lost data, and no earlier pass of this guard found one that was. Such
+// nodes are initialized at once, without quarantine.
 func (g *guard) fresh(res []checkResult) bool {
 	answered := 0
 	for _, c := range res {
@@ -267,20 +260,36 @@ func (g *guard) fresh(res []checkResult) bool {
 			continue
 		}
 		if c.h.Initialized || c.h.Lost {
-			return false
+			g.seen = true
 		}
 		answered++
 	}
-	return answered >= g.r.quorum
+	return !g.seen && answered >= g.r.quorum
 }
 
-// bootstrap initializes the nodes of a new cluster with zero counters, all
-// at once.
+// bootstrap initializes the nodes of a new cluster with zero counters: it
+// first marks every node that answered as being initialized, then
+// initializes those it marked, all at once. So a replica that finds some
+// nodes initialized finds every other node of the new cluster marked, and
+// waits for it (see bootGrace).
 func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
 	zero := make([]int64, FenceSlots)
+	marked := make([]bool, len(res))
 	var wg sync.WaitGroup
 	for i, c := range res {
 		if c.err == nil {
+			wg.Go(func() {
+				g.do(ctx, i, "initialize", func(ctx context.Context) error {
+					err := g.r.nodes[i].MarkInitializing(ctx)
+					marked[i] = err == nil
+					return err
+				})
+			})
+		}
+	}
+	wg.Wait()
+	for i, ok := range marked {
+		if ok {
 			wg.Go(func() {
 				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero) })
 			})

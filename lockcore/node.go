@@ -22,7 +22,7 @@ var ErrQuarantined = errors.New("lockcore: node is quarantined until repaired (i
 // decrease while the node keeps its data). The lock and its slot's counter
 // change in one atomic step.
 //
-// Every operation but Check, Quarantine, Repair and Ping fails with ErrQuarantined,
+// Every operation but Check, Quarantine, MarkInitializing, Repair and Ping fails with ErrQuarantined,
 // changing nothing, while the node is quarantined, before it was first
 // initialized (Repair), and after it lost its data, until Repair.
 type Node interface {
@@ -64,6 +64,11 @@ type Node interface {
 	// Quarantine takes the node out of service until Repair (idempotent: a
 	// second call does not restart the quarantine's clock).
 	Quarantine(ctx context.Context) error
+	// MarkInitializing records, on a node that is not initialized, that a
+	// gateway is about to initialize it as a node of a new cluster (see
+	// NodeHealth.Initializing); the mark goes with the node's data. It
+	// changes nothing on an initialized node, and grants nothing.
+	MarkInitializing(ctx context.Context) error
 	// Counters returns the node's fencing counters, FenceSlots of them. It
 	// fails with ErrQuarantined while the node is out of service (see
 	// above), also when it lost its data since it was last checked: only a
@@ -120,6 +125,12 @@ type NodeHealth struct {
 	// Initialized is false when the node has no lockgate data at all: it
 	// is new, or restarted empty.
 	Initialized bool
+	// Initializing is true when the node is not initialized but a gateway
+	// began to initialize it as a node of a new cluster (MarkInitializing),
+	// InitializingFor ago on the node's own clock. A node that restarted
+	// empty has no such mark.
+	Initializing    bool
+	InitializingFor time.Duration
 	// Lost is true when the node has lost data it acknowledged: it was
 	// seen initialized and now is not, it went back to an older copy of
 	// its data, or it restarted without syncing every write to disk

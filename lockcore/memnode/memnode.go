@@ -35,6 +35,7 @@ type Node struct {
 	// Data-loss state (see lockcore.NodeHealth).
 	initialized, lost, quarantined bool
 	qsince                         time.Time
+	bootAt                         time.Time // MarkInitializing, while not initialized
 }
 
 type entry struct {
@@ -307,6 +308,7 @@ func (n *Node) LoseData() {
 	clear(n.locks)
 	clear(n.counters)
 	n.initialized, n.quarantined, n.lost = false, false, true
+	n.bootAt = time.Time{}
 }
 
 // Check implements lockcore.Node.
@@ -319,6 +321,9 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	h := lockcore.NodeHealth{Initialized: n.initialized, Lost: n.lost, Quarantined: n.quarantined}
 	if n.quarantined {
 		h.QuarantinedFor = n.now().Sub(n.qsince)
+	}
+	if !n.initialized && !n.bootAt.IsZero() {
+		h.Initializing, h.InitializingFor = true, n.now().Sub(n.bootAt)
 	}
 	return h, nil
 }
@@ -334,6 +339,19 @@ func (n *Node) Quarantine(ctx context.Context) error {
 		n.quarantined, n.qsince = true, n.now()
 	}
 	n.initialized, n.lost = true, false
+	return nil
+}
+
+// MarkInitializing implements lockcore.Node.
+func (n *Node) MarkInitializing(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.initialized {
+		n.bootAt = n.now()
+	}
 	return nil
 }
 

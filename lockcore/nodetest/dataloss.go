@@ -30,6 +30,7 @@ func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseDat
 		{"repair raises the counters and puts a lost node back in service", s.repairPutsBackInService},
 		{"repair never lowers a counter", s.repairNeverLowers},
 		{"resources of one slot share its counter", s.slotSharesItsCounter},
+		{"the mark of a bootstrap shows on an empty node only, and goes with the data", s.markInitializing},
 	} {
 		t.Run(c.name, c.run)
 	}
@@ -95,6 +96,46 @@ func (s lossSuite) quarantineKeepsItsStart(t *testing.T) {
 	wantRefused(t, n, "loss-q", lossLease)
 	if _, err := n.Counters(ctx); !errors.Is(err, lockcore.ErrQuarantined) {
 		t.Fatalf("Counters of a quarantined node: %v, want ErrQuarantined", err)
+	}
+}
+
+// markInitializing: MarkInitializing changes nothing on a node in service;
+// on a node without data it shows in Check (Initializing, for a time that
+// grows), grants nothing, and a Repair ends it; a loss of the data takes
+// the mark with it.
+func (s lossSuite) markInitializing(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	if err := n.MarkInitializing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustCheck(t, n); !h.Initialized || h.Initializing {
+		t.Fatalf("Check of a node in service after MarkInitializing: %+v; want initialized, no mark", h)
+	}
+	s.grant(t, n, "loss-m")
+	s.loseData(t, n)
+	if h := mustCheck(t, n); h.Initializing {
+		t.Fatalf("Check after the loss: %+v; want no mark", h)
+	}
+	if err := n.MarkInitializing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := mustCheck(t, n)
+	time.Sleep(30 * time.Millisecond)
+	again := mustCheck(t, n)
+	if !first.Initializing || first.Initialized || !again.Initializing || again.InitializingFor < first.InitializingFor+25*time.Millisecond {
+		t.Fatalf("checks %+v then %+v: want marked, not initialized, the mark's age growing", first, again)
+	}
+	wantRefused(t, n, "loss-m", lossLease)
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustCheck(t, n); !h.Initialized || h.Initializing || h.Quarantined {
+		t.Fatalf("Check after Repair: %+v; want in service, no mark", h)
+	}
+	s.loseData(t, n)
+	if h := mustCheck(t, n); h.Initializing {
+		t.Fatalf("Check after a second loss: %+v; want no mark", h)
 	}
 }
 

@@ -297,6 +297,14 @@ func (f *Faulty) Quarantine(ctx context.Context) error {
 	return f.inner.Quarantine(ctx)
 }
 
+// MarkInitializing implements lockcore.Node.
+func (f *Faulty) MarkInitializing(ctx context.Context) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.inner.MarkInitializing(ctx)
+}
+
 // Counters implements lockcore.Node.
 func (f *Faulty) Counters(ctx context.Context) ([]int64, error) {
 	if err := f.fault(ctx); err != nil {

@@ -28,6 +28,12 @@ func health(t *testing.T, srv *redistest.Server) lockcore.NodeHealth {
 // gateway is a Redlock over srvs with nodes as a gateway replica makes them
 // (nothing initialized beforehand), closed when t ends.
 func gateway(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options) *lockcore.Redlock {
+	return gatewayWith(t, srvs, opts, nil)
+}
+
+// gatewayWith is gateway with node i replaced by wrap(i, node) if wrap is
+// not nil.
+func gatewayWith(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options, wrap func(int, *redisnode.Node) lockcore.Node) *lockcore.Redlock {
 	t.Helper()
 	nodes := make([]lockcore.Node, len(srvs))
 	for i, s := range srvs {
@@ -37,6 +43,9 @@ func gateway(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options) *lo
 		}
 		t.Cleanup(func() { n.Close() })
 		nodes[i] = n
+		if wrap != nil {
+			nodes[i] = wrap(i, n)
+		}
 	}
 	rl, err := lockcore.New(nodes, opts)
 	if err != nil {
@@ -57,13 +66,27 @@ func initializeServer(t *testing.T, srv *redistest.Server) {
 	}
 }
 
+// markInitializing marks srv's node as being initialized, as the bootstrap
+// of a new cluster does first.
+func markInitializing(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	n := connect(t, srv)
+	defer n.Close()
+	if err := n.MarkInitializing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestANodeAnotherGatewayIsInitializingIsNotQuarantined: a gateway that
 // starts while another is initializing a new cluster node by node finds
-// some nodes initialized and others not yet. It must not quarantine those
-// (for MaxTTL: two of three would stop the cluster for as long), and must
-// use them once they are initialized.
+// some nodes initialized and the others marked as being initialized. It
+// must not quarantine those (for MaxTTL: two of three would stop the
+// cluster for as long), and must use them once they are initialized.
 func TestANodeAnotherGatewayIsInitializingIsNotQuarantined(t *testing.T) {
 	srvs := redistest.StartN(t, 3, nil)
+	for _, s := range srvs {
+		markInitializing(t, s)
+	}
 	initializeServer(t, srvs[0])
 	initializeServer(t, srvs[1]) // the other gateway has not reached node 2 yet
 	rl := gateway(t, srvs, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 20 * time.Millisecond})
@@ -79,6 +102,133 @@ func TestANodeAnotherGatewayIsInitializingIsNotQuarantined(t *testing.T) {
 	srvs[0].Pause()
 	defer srvs[0].Resume()
 	acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "boot", TTL: 5 * time.Second}, 2*time.Second)
+}
+
+// TestAnEmptyNodeIsLeftAloneOnlyWhileMarked: in a cluster whose other nodes
+// are initialized, an empty node is left alone only while it carries a
+// mark of the bootstrap younger than bootGrace (20 s). A node that restarted
+// empty has no mark (it goes with the data) and must be quarantined at
+// once: left alone, it could be initialized with zero counters by a gateway
+// that takes the cluster for a new one (TestALostMajorityIsNotInitializedAsNew).
+func TestAnEmptyNodeIsLeftAloneOnlyWhileMarked(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		markedAgo time.Duration // < 0: no mark
+		quarantin bool
+	}{
+		{"no mark (restarted empty)", -1, true},
+		{"marked just now", 0, false},
+		{"marked 19 s ago", 19 * time.Second, false},
+		{"marked 21 s ago", 21 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs := redistest.StartN(t, 3, nil)
+			initializeServer(t, srvs[0])
+			initializeServer(t, srvs[1])
+			if tc.markedAgo >= 0 {
+				n := connect(t, srvs[2])
+				ctx := context.Background()
+				now, err := n.Client().Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Client().HSet(ctx, metaKey, "boot", now.Add(-tc.markedAgo).UnixMilli()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				n.Close()
+			}
+			rl := gateway(t, srvs, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 20 * time.Millisecond})
+			if err := rl.Ready(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if h := health(t, srvs[2]); h.Quarantined != tc.quarantin || (!h.Quarantined && h.Initialized) {
+				t.Fatalf("node 2 after the gateway's passes: %+v; want quarantined %v", h, tc.quarantin)
+			}
+		})
+	}
+}
+
+// TestALostMajorityIsNotInitializedAsNew: every gateway restarts and two
+// nodes of three restart empty while a lock is held. A new gateway finds
+// node 0 initialized: it must quarantine the two empty nodes at once, so
+// that when node 0 then misses some of its checks, the two do not look like
+// a new cluster and get zero counters (the lock would then be granted again
+// with a lower token while its holder still holds it), neither for it nor
+// for another gateway that starts while node 0 is unreachable. While an
+// empty node was left alone for bootGrace whether marked or not, this
+// happened.
+func TestALostMajorityIsNotInitializedAsNew(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	opts := func() *lockcore.Options {
+		return &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 20 * time.Millisecond}
+	}
+	a := gateway(t, srvs, opts())
+	var held *lockcore.Lease
+	for i := range 4 {
+		l := acquireWithin(t, a, lockcore.AcquireRequest{Resource: "r", TTL: 30 * time.Second}, 3*time.Second)
+		if i < 3 {
+			if err := a.Release(context.Background(), lockcore.ReleaseRequest{Resource: "r", LeaseID: l.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held = l
+	}
+	a.Close() // the lock stays held on the nodes for 30 s
+	srvs[1].RestartEmpty()
+	srvs[2].RestartEmpty()
+	b := gateway(t, srvs, opts())
+	_ = b.Ready(context.Background()) // node 0 initialized, nodes 1 and 2 empty
+	srvs[0].Pause()                   // node 0 misses some of b's checks,
+	c := gateway(t, srvs, opts())     // and every check of a gateway that starts now
+	_ = c.Ready(context.Background())
+	time.Sleep(500 * time.Millisecond)
+	for g, rl := range []*lockcore.Redlock{b, c} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "r", TTL: 5 * time.Second})
+		cancel()
+		if err == nil {
+			t.Errorf("gateway %d: lock r, held with token %d (TTL 30 s, still live), granted again with token %d", g, held.Token, l.Token)
+		}
+	}
+	srvs[0].Resume()
+	for i := 1; i < 3; i++ {
+		if h := health(t, srvs[i]); !h.Quarantined {
+			t.Errorf("node %d: %+v, want quarantined", i, h)
+		}
+	}
+}
+
+// noQuarantine is a node whose Quarantine always fails (a node too slow
+// for it, say).
+type noQuarantine struct{ *redisnode.Node }
+
+func (noQuarantine) Quarantine(context.Context) error { return errors.New("quarantine failed") }
+
+// TestAGatewayThatSawTheClusterNeverInitializesItAsNew: a gateway found
+// node 0 initialized and two empty nodes, which it could not quarantine.
+// When node 0 then misses its checks, the two empty nodes answer alone,
+// as a new cluster would: the gateway must remember that the cluster is
+// not new, and not initialize them with zero counters.
+func TestAGatewayThatSawTheClusterNeverInitializesItAsNew(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	initializeServer(t, srvs[0])
+	rl := gatewayWith(t, srvs, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 20 * time.Millisecond},
+		func(i int, n *redisnode.Node) lockcore.Node {
+			if i == 0 {
+				return n
+			}
+			return noQuarantine{n}
+		})
+	_ = rl.Ready(context.Background())
+	srvs[0].Pause()
+	time.Sleep(3 * time.Second) // passes with node 0 unreachable (its check times out in 2 s)
+	srvs[0].Resume()
+	for i := 1; i < 3; i++ {
+		if h := health(t, srvs[i]); h.Initialized && !h.Quarantined {
+			t.Errorf("node %d was initialized as a node of a new cluster: %+v", i, h)
+		}
+	}
 }
 
 // TestGatewaysStartingTogetherOnANewCluster starts three gateways at once

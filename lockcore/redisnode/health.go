@@ -78,7 +78,7 @@ func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err
 	if err != nil {
 		return nil, "", "", err
 	}
-	v, err = ints(res, 5)
+	v, err = ints(res, 6)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -90,6 +90,9 @@ func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err
 // next Check.
 func (n *Node) record(v []int64, id string, durable bool) lockcore.NodeHealth {
 	h := lockcore.NodeHealth{Initialized: v[0] == 1}
+	if !h.Initialized && v[5] >= 0 {
+		h.Initializing, h.InitializingFor = true, time.Duration(v[4]-v[5])*time.Millisecond
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if h.Initialized {
@@ -179,6 +182,11 @@ func (n *Node) Quarantine(ctx context.Context) error {
 		return err
 	}
 	return qdoneScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err()
+}
+
+// MarkInitializing implements lockcore.Node with boot.lua.
+func (n *Node) MarkInitializing(ctx context.Context) error {
+	return timedOut(ctx, bootScript.Run(ctx, n.rdb, []string{metaKey}).Err())
 }
 
 // Counters implements lockcore.Node: one pipelined HMGET per slot. A slot

@@ -117,6 +117,9 @@ var (
 	//go:embed quarantine.lua
 	quarantineLua    string
 	quarantineScript = redis.NewScript(liftLua + quarantineLua)
+	//go:embed boot.lua
+	bootLua    string
+	bootScript = redis.NewScript(bootLua)
 	//go:embed qdone.lua
 	qdoneLua    string
 	qdoneScript = redis.NewScript(qdoneLua)

@@ -4,12 +4,12 @@
 -- ARGV[1] the quarantine epoch (qepoch, '' when unset) the repair began in
 -- If the epoch is no longer ARGV[1] (a quarantine began since, or the node
 -- lost its data), it changes nothing and returns 0: that quarantine's marks
--- stand, and so does its start. Otherwise it sets init, clears qsince and
--- qdone, lifts the beat (see lift.lua) and returns 1.
+-- stand, and so does its start. Otherwise it sets init, clears qsince,
+-- qdone and boot, lifts the beat (see lift.lua) and returns 1.
 if (redis.call('HGET', KEYS[1], 'qepoch') or '') ~= ARGV[1] then
   return 0
 end
 lift(KEYS[1])
 redis.call('HSET', KEYS[1], 'init', '1')
-redis.call('HDEL', KEYS[1], 'qsince', 'qdone')
+redis.call('HDEL', KEYS[1], 'qsince', 'qdone', 'boot')
 return 1
