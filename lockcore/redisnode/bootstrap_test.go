@@ -279,9 +279,10 @@ func TestGatewaysStartingTogetherOnANewCluster(t *testing.T) {
 // TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole: one gateway repairs a
 // node (here, initializes it) while another quarantines it, both thousands
 // of pipelined commands that interleave on the server. Whatever the order,
-// the node must end either quarantined, or in service with no slot marked:
-// a node in service with marked slots refuses those slots' locks for good,
-// since no check finds anything to repair. Before serve.lua checked the
+// the node must end either quarantined with every slot marked (a gateway
+// that still trusts the node must find every slot refusing), or in service
+// with no slot marked: a node in service with marked slots refuses those
+// slots' locks for good, since no check finds anything to repair. Before serve.lua checked the
 // quarantine epoch, most rounds ended that way.
 func TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole(t *testing.T) {
 	srv := redistest.Start(t, nil)
@@ -305,6 +306,11 @@ func TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole(t *testing.T) {
 		h := health(t, srv)
 		switch {
 		case h.Quarantined:
+			// Every slot marked: the repair's writes stop once the
+			// quarantine's epoch is on the node, and its marks come after.
+			if m := markedSlots(t, repairer.Client()); m != lockcore.FenceSlots {
+				t.Errorf("round %d: quarantined with %d of %d slots marked (repair: %v)", round, m, lockcore.FenceSlots, rerr)
+			}
 			outcomes["quarantined"]++
 		case !h.Initialized || h.Lost:
 			t.Errorf("round %d: the node is %+v (repair: %v)", round, h, rerr)
