@@ -24,7 +24,9 @@
 // acquisition (C = 16, 64 on one resource, the hand-off bench's cases) and
 // the memory of 100,000 held locks for lockgate over HTTP on three Redis
 // nodes, on one and on the embedded store, redsync on the three nodes,
-// bsm/redislock on one, and etcd's /v3/lock JSON API on one etcd member
+// bsm/redislock on one, http-floor (an HTTP lock server that does no lock
+// work, floor_test.go: what HTTP alone allows here, a bound on every lock
+// served over it), and etcd's /v3/lock JSON API on one etcd member
 // (started when the etcd binary is installed; its rows say "not installed"
 // otherwise). It interleaves the targets in LOCKGATE_BENCH_ROUNDS rounds
 // (default 3) and prints the tables and ratios of BENCHMARKS.md's
