@@ -146,22 +146,30 @@
 // the gateway found an initialized or lost node before: it never takes the
 // cluster for a new one again. Gateway replicas that start together do this
 // together: each first marks every node as being initialized
-// (Node.MarkInitializing), then initializes them, so a replica can find some
-// nodes initialized and the others marked. It leaves a marked node alone for
-// bootGrace (20 s, on the node's clock; see guard.go) before it quarantines
-// it as one that lost its data. An empty node without the mark is
-// quarantined at once: the mark goes with the node's data, so a node that
-// restarted empty has none, and a quarantined node is initialized, so it
-// can never make the cluster look new. Waiting is safe: a node without
-// counters refuses every lock operation.
+// (Node.MarkInitializing: gateways share one mark per node), then checks
+// every node again and initializes the marked nodes only if the cluster
+// still looks new, so a replica can find some nodes initialized and the
+// others marked. It leaves a marked node alone for bootGrace (20 s, on the
+// node's clock; see guard.go) before it quarantines it as one that lost its
+// data. An empty node without the mark is quarantined at once: the mark
+// goes with the node's data, so a node that restarted empty has none, and a
+// quarantined node is initialized, so it can never make the cluster look
+// new. Waiting is safe: a node without counters refuses every lock
+// operation.
 //
-// A repair and a quarantine of one node by two replicas at once leave it
-// either quarantined, with every slot the repair had not reached marked, or
-// in service with no slot marked: every quarantine writes a new random epoch
-// on the node, and a repair's steps act only while the epoch is the one it
-// began in (which also stops a repair of a node that lost its data under
-// it); a quarantine records its marking done only while the epoch is its
-// own. When a
+// The guard decides on what a check found, and acts later: another replica
+// may have acted in between, and a gateway may be paused for any time. So
+// every node carries an epoch (NodeHealth.Epoch): a random id that every
+// quarantine and every new mark replace, and that a loss of the node's data
+// takes away. A repair carries the epoch of the check (or the mark) it was
+// decided on, and each of its steps on the node acts only while the node's
+// epoch is that one; a quarantine's marks and its record that they are
+// done act only while the epoch is the quarantine's own. So a repair
+// decided before a quarantine, a new mark or a loss does nothing; a repair
+// and a quarantine of one node by two replicas at once leave it either
+// quarantined with every slot marked or in service with none marked; and
+// a quarantine's mark sent late does not land on a node repaired since.
+// When a
 // node must be repaired but fewer than a quorum of other nodes are in
 // service (one node alone, or a majority that lost data), its counters are
 // also raised to a floor from the wall clock (1000 per millisecond since

@@ -267,31 +267,38 @@ func (g *guard) fresh(res []checkResult) bool {
 	return !g.seen && answered >= g.r.quorum
 }
 
-// bootstrap initializes the nodes of a new cluster with zero counters: it
-// first marks every node that answered as being initialized, then
-// initializes those it marked, all at once. So a replica that finds some
-// nodes initialized finds every other node of the new cluster marked, and
-// waits for it (see bootGrace).
+// bootstrap initializes the nodes of a new cluster with zero counters. It
+// first marks every node that answered as being initialized, then checks
+// every node again, and initializes the nodes it marked (each with its
+// mark's epoch) only if the cluster still looks new: a gateway that
+// decided late (it was paused between its check and its marks, say) finds
+// the nodes another one initialized meanwhile, and stops. A node whose
+// mark is gone by the time it is initialized (it lost its data, or was
+// quarantined: see Node.Repair) is left as it is. A replica that finds
+// some nodes initialized finds every other node of the new cluster marked,
+// and waits for it (see bootGrace).
 func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
-	zero := make([]int64, FenceSlots)
-	marked := make([]bool, len(res))
+	epochs := make([]string, len(res))
 	var wg sync.WaitGroup
 	for i, c := range res {
 		if c.err == nil {
 			wg.Go(func() {
-				g.do(ctx, i, "initialize", func(ctx context.Context) error {
-					err := g.r.nodes[i].MarkInitializing(ctx)
-					marked[i] = err == nil
+				g.do(ctx, i, "initialize", func(ctx context.Context) (err error) {
+					epochs[i], err = g.r.nodes[i].MarkInitializing(ctx)
 					return err
 				})
 			})
 		}
 	}
 	wg.Wait()
-	for i, ok := range marked {
-		if ok {
+	if !g.fresh(g.check(ctx)) {
+		return
+	}
+	zero := make([]int64, FenceSlots)
+	for i, epoch := range epochs {
+		if epoch != "" {
 			wg.Go(func() {
-				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero) })
+				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero, epoch) })
 			})
 		}
 	}
@@ -313,7 +320,9 @@ func (g *guard) do(ctx context.Context, i int, what string, fn func(context.Cont
 // nodes: any quorum shares a node with every quorum that was fenced (see the
 // package doc), so every token ever granted is covered. With fewer (one
 // node alone, or a majority that lost data), the floor is also raised to
-// clockFloor.
+// clockFloor. The repair takes the epoch of the check that found the
+// quarantine long enough: if the node was quarantined again or lost its
+// data since, it does nothing (see Node.Repair).
 func (g *guard) repair(ctx context.Context, i int, res []checkResult) error {
 	floor := make([]int64, FenceSlots)
 	sources := 0
@@ -339,7 +348,7 @@ func (g *guard) repair(ctx context.Context, i int, res []checkResult) error {
 			floor[s] = max(floor[s], cf)
 		}
 	}
-	return g.r.nodes[i].Repair(ctx, floor)
+	return g.r.nodes[i].Repair(ctx, floor, res[i].h.Epoch)
 }
 
 // clockFloor is a counter floor from the wall clock: 1000 per millisecond

@@ -12,6 +12,11 @@ import (
 // failure changed nothing on the node.
 var ErrQuarantined = errors.New("lockcore: node is quarantined until repaired (it lost data or was never initialized)")
 
+// ErrNodeChanged is what Node.Repair fails with when the node is no longer
+// in the state the repair was decided on: it was quarantined again, marked
+// again, or lost its data since (its epoch changed).
+var ErrNodeChanged = errors.New("lockcore: the node changed since it was checked (quarantined again, or lost its data); not repaired")
+
 // Node is one independent lock store: a Redis master, or the in-memory node.
 // Every method acts atomically on the node and is bounded by ctx. A Node must
 // be safe for concurrent use.
@@ -66,9 +71,12 @@ type Node interface {
 	Quarantine(ctx context.Context) error
 	// MarkInitializing records, on a node that is not initialized, that a
 	// gateway is about to initialize it as a node of a new cluster (see
-	// NodeHealth.Initializing); the mark goes with the node's data. It
-	// changes nothing on an initialized node, and grants nothing.
-	MarkInitializing(ctx context.Context) error
+	// NodeHealth.Initializing), and returns the epoch to Repair it with:
+	// a new one, or the one of a mark already on the node (gateways that
+	// initialize a cluster together share it). The mark goes with the
+	// node's data. On an initialized node it changes nothing and returns
+	// "". It grants nothing.
+	MarkInitializing(ctx context.Context) (epoch string, err error)
 	// Counters returns the node's fencing counters, FenceSlots of them. It
 	// fails with ErrQuarantined while the node is out of service (see
 	// above), also when it lost its data since it was last checked: only a
@@ -76,8 +84,14 @@ type Node interface {
 	Counters(ctx context.Context) ([]int64, error)
 	// Repair raises every slot's counter to at least floor[slot] (floor has
 	// FenceSlots entries) and puts the node in service: initialized, not
-	// quarantined, its data trusted as of now.
-	Repair(ctx context.Context, floor []int64) error
+	// quarantined, its data trusted as of now. It acts only while the
+	// node's epoch (NodeHealth.Epoch) is epoch, which must not be empty:
+	// the epoch of the check that found the node's quarantine long enough,
+	// or of MarkInitializing. A node quarantined again, marked again or
+	// that lost its data since has another epoch: Repair then fails with
+	// ErrNodeChanged, and any step it had taken before the change is
+	// undone by what changed it (a quarantine marks every slot again).
+	Repair(ctx context.Context, floor []int64, epoch string) error
 	// String names the node in errors and logs (never a password).
 	String() string
 }
@@ -131,6 +145,11 @@ type NodeHealth struct {
 	// empty has no such mark.
 	Initializing    bool
 	InitializingFor time.Duration
+	// Epoch identifies the node's current quarantine or bootstrap mark: a
+	// random id that every Quarantine and every new mark replace, and that
+	// a loss of the node's data takes away ("" then). Repair takes it, so
+	// that a repair decided on this check does nothing once it changed.
+	Epoch string
 	// Lost is true when the node has lost data it acknowledged: it was
 	// seen initialized and now is not, it went back to an older copy of
 	// its data, or it restarted without syncing every write to disk

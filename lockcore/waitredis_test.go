@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -33,7 +34,7 @@ func TestWaitingOnRedis(t *testing.T) {
 		if err := n.Client().FlushAll(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+		if err := nodetest.Initialize(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -36,6 +36,7 @@ type Node struct {
 	initialized, lost, quarantined bool
 	qsince                         time.Time
 	bootAt                         time.Time // MarkInitializing, while not initialized
+	epoch                          string    // see lockcore.NodeHealth.Epoch
 }
 
 type entry struct {
@@ -308,7 +309,7 @@ func (n *Node) LoseData() {
 	clear(n.locks)
 	clear(n.counters)
 	n.initialized, n.quarantined, n.lost = false, false, true
-	n.bootAt = time.Time{}
+	n.bootAt, n.epoch = time.Time{}, ""
 }
 
 // Check implements lockcore.Node.
@@ -318,7 +319,7 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h := lockcore.NodeHealth{Initialized: n.initialized, Lost: n.lost, Quarantined: n.quarantined}
+	h := lockcore.NodeHealth{Initialized: n.initialized, Lost: n.lost, Quarantined: n.quarantined, Epoch: n.epoch}
 	if n.quarantined {
 		h.QuarantinedFor = n.now().Sub(n.qsince)
 	}
@@ -338,21 +339,24 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	if !n.quarantined {
 		n.quarantined, n.qsince = true, n.now()
 	}
-	n.initialized, n.lost = true, false
+	n.initialized, n.lost, n.epoch = true, false, lockcore.NewLeaseID()
 	return nil
 }
 
 // MarkInitializing implements lockcore.Node.
-func (n *Node) MarkInitializing(ctx context.Context) error {
+func (n *Node) MarkInitializing(ctx context.Context) (string, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return "", err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.initialized {
-		n.bootAt = n.now()
+	if n.initialized {
+		return "", nil
 	}
-	return nil
+	if n.epoch == "" {
+		n.epoch, n.bootAt = lockcore.NewLeaseID(), n.now()
+	}
+	return n.epoch, nil
 }
 
 // Counters implements lockcore.Node.
@@ -369,7 +373,7 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 }
 
 // Repair implements lockcore.Node.
-func (n *Node) Repair(ctx context.Context, floor []int64) error {
+func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -378,6 +382,9 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if epoch == "" || epoch != n.epoch {
+		return lockcore.ErrNodeChanged
+	}
 	for i, f := range floor {
 		n.counters[i] = max(n.counters[i], f)
 	}

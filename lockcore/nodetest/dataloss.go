@@ -106,8 +106,8 @@ func (s lossSuite) quarantineKeepsItsStart(t *testing.T) {
 func (s lossSuite) markInitializing(t *testing.T) {
 	ctx := context.Background()
 	n := s.newNode(t)
-	if err := n.MarkInitializing(ctx); err != nil {
-		t.Fatal(err)
+	if epoch, err := n.MarkInitializing(ctx); err != nil || epoch != "" {
+		t.Fatalf("MarkInitializing of a node in service: %q, %v; want no epoch", epoch, err)
 	}
 	if h := mustCheck(t, n); !h.Initialized || h.Initializing {
 		t.Fatalf("Check of a node in service after MarkInitializing: %+v; want initialized, no mark", h)
@@ -117,8 +117,9 @@ func (s lossSuite) markInitializing(t *testing.T) {
 	if h := mustCheck(t, n); h.Initializing {
 		t.Fatalf("Check after the loss: %+v; want no mark", h)
 	}
-	if err := n.MarkInitializing(ctx); err != nil {
-		t.Fatal(err)
+	epoch, err := n.MarkInitializing(ctx)
+	if err != nil || epoch == "" {
+		t.Fatalf("MarkInitializing of an empty node: %q, %v; want an epoch", epoch, err)
 	}
 	first := mustCheck(t, n)
 	time.Sleep(30 * time.Millisecond)
@@ -126,16 +127,30 @@ func (s lossSuite) markInitializing(t *testing.T) {
 	if !first.Initializing || first.Initialized || !again.Initializing || again.InitializingFor < first.InitializingFor+25*time.Millisecond {
 		t.Fatalf("checks %+v then %+v: want marked, not initialized, the mark's age growing", first, again)
 	}
+	if first.Epoch != epoch {
+		t.Fatalf("Check's epoch %q, want the mark's %q", first.Epoch, epoch)
+	}
+	if e2, err := n.MarkInitializing(ctx); err != nil || e2 != epoch {
+		t.Fatalf("MarkInitializing again: %q, %v; want the same epoch %q (gateways share a mark)", e2, err, epoch)
+	}
 	wantRefused(t, n, "loss-m", lossLease)
-	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+	for _, stale := range []string{"", "another-epoch"} {
+		if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), stale); !errors.Is(err, lockcore.ErrNodeChanged) {
+			t.Fatalf("Repair with epoch %q: %v; want ErrNodeChanged", stale, err)
+		}
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), epoch); err != nil {
 		t.Fatal(err)
 	}
 	if h := mustCheck(t, n); !h.Initialized || h.Initializing || h.Quarantined {
 		t.Fatalf("Check after Repair: %+v; want in service, no mark", h)
 	}
 	s.loseData(t, n)
-	if h := mustCheck(t, n); h.Initializing {
-		t.Fatalf("Check after a second loss: %+v; want no mark", h)
+	if h := mustCheck(t, n); h.Initializing || h.Epoch != "" {
+		t.Fatalf("Check after a second loss: %+v; want no mark, no epoch", h)
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), epoch); !errors.Is(err, lockcore.ErrNodeChanged) {
+		t.Fatalf("Repair with the lost mark's epoch: %v; want ErrNodeChanged", err)
 	}
 }
 
@@ -149,7 +164,14 @@ func (s lossSuite) repairPutsBackInService(t *testing.T) {
 	}
 	floor := make([]int64, lockcore.FenceSlots)
 	floor[lockcore.FenceSlot("loss-r")] = 1000
-	if err := n.Repair(ctx, floor); err != nil {
+	q := mustCheck(t, n)
+	if err := n.Quarantine(ctx); err != nil { // again: a new epoch
+		t.Fatal(err)
+	}
+	if err := n.Repair(ctx, floor, q.Epoch); !errors.Is(err, lockcore.ErrNodeChanged) {
+		t.Fatalf("Repair with the epoch of the quarantine before: %v; want ErrNodeChanged", err)
+	}
+	if err := RepairNow(ctx, n, floor); err != nil {
 		t.Fatal(err)
 	}
 	if h := mustCheck(t, n); !h.Initialized || h.Lost || h.Quarantined || h.Refusing != "" {
@@ -171,7 +193,10 @@ func (s lossSuite) repairNeverLowers(t *testing.T) {
 			t.Fatalf("release: %+v, %v", rep, err)
 		}
 	}
-	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := RepairNow(ctx, n, make([]int64, lockcore.FenceSlots)); err != nil {
 		t.Fatal(err)
 	}
 	if next := s.grant(t, n, "loss-keep"); next <= tok {

@@ -298,9 +298,9 @@ func (f *Faulty) Quarantine(ctx context.Context) error {
 }
 
 // MarkInitializing implements lockcore.Node.
-func (f *Faulty) MarkInitializing(ctx context.Context) error {
+func (f *Faulty) MarkInitializing(ctx context.Context) (string, error) {
 	if err := f.fault(ctx); err != nil {
-		return err
+		return "", err
 	}
 	return f.inner.MarkInitializing(ctx)
 }
@@ -314,9 +314,9 @@ func (f *Faulty) Counters(ctx context.Context) ([]int64, error) {
 }
 
 // Repair implements lockcore.Node.
-func (f *Faulty) Repair(ctx context.Context, floor []int64) error {
+func (f *Faulty) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err := f.fault(ctx); err != nil {
 		return err
 	}
-	return f.inner.Repair(ctx, floor)
+	return f.inner.Repair(ctx, floor, epoch)
 }

@@ -616,12 +616,33 @@ func inService(newNode func(t *testing.T) lockcore.Node) func(t *testing.T) lock
 			t.Fatalf("Check: %v", err)
 		}
 		if !h.Initialized {
-			if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
-				t.Fatalf("Repair (initialize): %v", err)
+			if err := Initialize(context.Background(), n); err != nil {
+				t.Fatalf("Initialize: %v", err)
 			}
 		}
 		return n
 	}
+}
+
+// Initialize puts a node that is not initialized in service with zero
+// counters, as the bootstrap of a new cluster does: MarkInitializing, then
+// Repair with the mark's epoch. It leaves an initialized node as it is.
+func Initialize(ctx context.Context, n lockcore.Node) error {
+	epoch, err := n.MarkInitializing(ctx)
+	if err != nil || epoch == "" {
+		return err
+	}
+	return n.Repair(ctx, make([]int64, lockcore.FenceSlots), epoch)
+}
+
+// RepairNow repairs n with floor as the guard would once its quarantine has
+// lasted long enough: with the epoch of a check made now.
+func RepairNow(ctx context.Context, n lockcore.Node, floor []int64) error {
+	h, err := n.Check(ctx)
+	if err != nil {
+		return err
+	}
+	return n.Repair(ctx, floor, h.Epoch)
 }
 
 // runIfToken checks the expected token (If-Match) of Extend, Release and

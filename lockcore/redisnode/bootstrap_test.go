@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -61,7 +62,7 @@ func initializeServer(t *testing.T, srv *redistest.Server) {
 	t.Helper()
 	n := connect(t, srv)
 	defer n.Close()
-	if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+	if err := nodetest.Initialize(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -72,7 +73,7 @@ func markInitializing(t *testing.T, srv *redistest.Server) {
 	t.Helper()
 	n := connect(t, srv)
 	defer n.Close()
-	if err := n.MarkInitializing(context.Background()); err != nil {
+	if _, err := n.MarkInitializing(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -292,9 +293,13 @@ func TestARepairAndAQuarantineAtOnceLeaveTheNodeWhole(t *testing.T) {
 		if err := repairer.Client().FlushAll(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
+		epoch, err := repairer.MarkInitializing(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		var rerr, qerr error
-		wg.Go(func() { rerr = repairer.Repair(context.Background(), make([]int64, lockcore.FenceSlots)) })
+		wg.Go(func() { rerr = repairer.Repair(context.Background(), make([]int64, lockcore.FenceSlots), epoch) })
 		wg.Go(func() {
 			time.Sleep(time.Duration(round%4) * 2 * time.Millisecond) // vary the overlap
 			qerr = quarantiner.Quarantine(context.Background())
@@ -341,7 +346,7 @@ func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
 	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "e1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); !errors.Is(err, redisnode.ErrQuarantining) {
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), "e1"); !errors.Is(err, redisnode.ErrQuarantining) {
 		t.Fatalf("Repair during the marking: %v, want ErrQuarantining", err)
 	}
 	if h := health(t, srv); !h.Quarantined {
@@ -350,7 +355,7 @@ func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
 	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "qdone", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots)); err != nil {
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), "e1"); err != nil {
 		t.Fatalf("Repair once the marking is done: %v", err)
 	}
 	if h := health(t, srv); h.Quarantined || !h.Initialized {

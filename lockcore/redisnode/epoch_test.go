@@ -12,10 +12,11 @@ import (
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
-// The quarantine epoch (quarantine.lua, qdone.lua, repair.lua, serve.lua):
-// a repair puts a node in service only if no quarantine began, and the node
-// kept its data, since the repair read the epoch; a quarantine's qdone
-// stands only for its own marks. Each test below runs another gateway's
+// The epoch (quarantine.lua, boot.lua, mark.lua, qdone.lua, repair.lua,
+// serve.lua): a repair puts a node in service only if the node is still in
+// the state the repair was decided on (no quarantine began, no new mark,
+// no loss of its data); a quarantine's marks and its qdone stand only for
+// its own epoch. Each test below runs another gateway's
 // step at one exact point of a repair or quarantine, through a hook on the
 // client of the node that runs it.
 
@@ -119,6 +120,7 @@ func TestARepairDoesNotServeANodeThatChangedUnderIt(t *testing.T) {
 			repairer, other := connect(t, srv), connect(t, srv)
 			defer repairer.Close()
 			defer other.Close()
+			epoch := health(t, srv).Epoch // the check that decided the repair
 			repairer.Client().AddHook(&hooks{pick: slotPipeline, before: func() {
 				if tc.flush {
 					if err := other.Client().FlushAll(ctx).Err(); err != nil {
@@ -131,9 +133,9 @@ func TestARepairDoesNotServeANodeThatChangedUnderIt(t *testing.T) {
 					}
 				}
 			}})
-			err := repairer.Repair(ctx, make([]int64, lockcore.FenceSlots))
-			if !errors.Is(err, redisnode.ErrRequarantined) {
-				t.Errorf("Repair: %v, want ErrRequarantined", err)
+			err := repairer.Repair(ctx, make([]int64, lockcore.FenceSlots), epoch)
+			if !errors.Is(err, lockcore.ErrNodeChanged) {
+				t.Errorf("Repair: %v, want ErrNodeChanged", err)
 			}
 			h := health(t, srv)
 			if h.Initialized && !h.Quarantined && !h.Lost {
@@ -204,7 +206,9 @@ func TestAnEarlierQuarantineDoesNotEndALaterOnesMarking(t *testing.T) {
 	if err := first.Quarantine(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := repairer.Repair(ctx, make([]int64, lockcore.FenceSlots)); !errors.Is(err, redisnode.ErrQuarantining) {
+	// A repairer that checks now finds the second quarantine's epoch, and
+	// qdone missing.
+	if err := repairer.Repair(ctx, make([]int64, lockcore.FenceSlots), "second-quarantine"); !errors.Is(err, redisnode.ErrQuarantining) {
 		t.Errorf("a repair while the second quarantine marks: %v, want ErrQuarantining", err)
 	}
 	mark(half, lockcore.FenceSlots) // the second quarantine's other marks

@@ -33,7 +33,7 @@ import (
 func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
-	v, info, refusing, err := n.probe(ctx)
+	v, epoch, info, refusing, err := n.probe(ctx)
 	switch {
 	case err != nil:
 		return lockcore.NodeHealth{}, err
@@ -45,18 +45,21 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	restarted := n.runID != "" && id != n.runID
 	n.mu.Unlock()
 	durable := !restarted || n.durable(ctx)
-	return n.record(v, id, durable), nil
+	h := n.record(v, id, durable)
+	h.Epoch = epoch
+	return h, nil
 }
 
 // probe runs check.lua and INFO server and memory in one round trip, and
-// returns check.lua's reply and INFO's, or why the node refuses writes.
-func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err error) {
+// returns check.lua's reply (its integers, and the epoch), INFO's, or why
+// the node refuses writes.
+func (n *Node) probe(ctx context.Context) (v []int64, epoch, info, refusing string, err error) {
 	pipe := n.rdb.Pipeline()
 	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
 	inf := pipe.Info(ctx, "server", "memory")
 	_, _ = pipe.Exec(ctx)
 	if err := inf.Err(); err != nil {
-		return nil, "", "", timedOut(ctx, err)
+		return nil, "", "", "", timedOut(ctx, err)
 	}
 	res, err := chk.Result()
 	reason := refusalReason(err)
@@ -70,19 +73,24 @@ func (n *Node) probe(ctx context.Context) (v []int64, info, refusing string, err
 	isFull := full(inf.Val(), reserve)
 	n.wasFull.Store(isFull || reason != "")
 	if reason != "" {
-		return nil, "", reason, nil
+		return nil, "", "", reason, nil
 	}
 	if isFull {
-		return nil, "", "out of memory", nil
+		return nil, "", "", "out of memory", nil
 	}
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
-	v, err = ints(res, 6)
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 7 {
+		return nil, "", "", "", fmt.Errorf("redisnode: check.lua replied %v, want 7 values", res)
+	}
+	epoch, _ = arr[6].(string) // the last value, the only string
+	v, err = ints(arr[:6], 6)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", "", "", err
 	}
-	return v, inf.Val(), "", nil
+	return v, epoch, inf.Val(), "", nil
 }
 
 // record judges check.lua's reply v from the server process id, whose
@@ -165,8 +173,10 @@ func refusalReason(err error) string {
 
 // Quarantine implements lockcore.Node: it records the quarantine's start on
 // the node with a new epoch (quarantine.lua), marks every slot's counter
-// hash (q), then records that every slot is marked (qdone.lua, unless a
-// later quarantine has begun meanwhile and does it). Every guarded script
+// hash (q, mark.lua), then records that every slot is marked (qdone.lua).
+// The marks and the record are made only while the epoch is still this
+// quarantine's: a later quarantine makes its own, and a mark sent late
+// must not land on a node repaired since. Every guarded script
 // refuses a marked slot, whichever gateway sends it.
 func (n *Node) Quarantine(ctx context.Context) error {
 	n.trusted.Store(false)
@@ -174,9 +184,12 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err(); err != nil {
 		return err
 	}
+	if err := markScript.Load(ctx, n.rdb).Err(); err != nil {
+		return err
+	}
 	pipe := n.rdb.Pipeline()
 	for _, k := range slotKeys {
-		pipe.HSet(ctx, k, "q", "1")
+		pipe.EvalSha(ctx, markScript.Hash(), []string{k, metaKey}, epoch)
 	}
 	if err := execAll(ctx, pipe); err != nil {
 		return err
@@ -185,8 +198,9 @@ func (n *Node) Quarantine(ctx context.Context) error {
 }
 
 // MarkInitializing implements lockcore.Node with boot.lua.
-func (n *Node) MarkInitializing(ctx context.Context) error {
-	return timedOut(ctx, bootScript.Run(ctx, n.rdb, []string{metaKey}).Err())
+func (n *Node) MarkInitializing(ctx context.Context) (string, error) {
+	epoch, err := bootScript.Run(ctx, n.rdb, []string{metaKey}, lockcore.NewLeaseID()).Text()
+	return epoch, timedOut(ctx, err)
 }
 
 // Counters implements lockcore.Node: one pipelined HMGET per slot. A slot
@@ -230,45 +244,42 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 // The guard quarantines such a node again (see Check), then repairs it.
 var ErrQuarantining = errors.New("redisnode: a quarantine of the node is under way")
 
-// ErrRequarantined is what Repair fails with when a quarantine began while
-// it ran, or the node lost its data: the node stays out of service until a
-// later repair (the slots the quarantine marked stay marked).
-var ErrRequarantined = errors.New("redisnode: quarantined again while being repaired; left out of service")
-
-// repairEpoch reads the quarantine epoch a repair begins in ("" for a node
-// never quarantined), and fails with ErrQuarantining while a quarantine is
-// under way.
-func (n *Node) repairEpoch(ctx context.Context) (string, error) {
+// repairEpoch checks, before a repair writes anything, that the node's
+// epoch is still epoch (else lockcore.ErrNodeChanged) and that no
+// quarantine is marking the slots (else ErrQuarantining).
+func (n *Node) repairEpoch(ctx context.Context, epoch string) error {
 	v, err := n.rdb.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
 	if err != nil {
-		return "", timedOut(ctx, err)
+		return timedOut(ctx, err)
+	}
+	if s, _ := v[2].(string); epoch == "" || s != epoch {
+		return lockcore.ErrNodeChanged
 	}
 	if v[0] != nil && v[1] == nil {
-		return "", ErrQuarantining
+		return ErrQuarantining
 	}
-	s, _ := v[2].(string)
-	return s, nil
+	return nil
 }
 
 // Repair implements lockcore.Node: repair.lua on every slot (pipelined),
-// then serve.lua: the node is initialized and out of quarantine. Both act
-// only while the node's quarantine epoch is the one the repair began in: a
-// quarantine that began meanwhile (or a loss of the node's data) makes
-// every later step change nothing and Repair fail with ErrRequarantined,
-// and a repair that begins while a quarantine is still marking the slots
-// fails with ErrQuarantining. So two gateways, one repairing the node and
-// one quarantining it, leave it either in service with no slot marked, or
-// quarantined with every slot marked that the repair had not reached when
-// the quarantine began. The floor also takes in the per-resource counters
-// of an earlier lockgate, if any are on the node (see legacyCounters);
-// they are deleted once the slots hold them.
-func (n *Node) Repair(ctx context.Context, floor []int64) error {
+// then serve.lua: the node is initialized and out of quarantine. Each step
+// acts only while the node's epoch is the one given: a quarantine that
+// began meanwhile, a new mark or a loss of the node's data makes every
+// later step change nothing, and Repair fail with lockcore.ErrNodeChanged.
+// A repair that begins while a quarantine is still marking the slots fails
+// with ErrQuarantining. So two gateways, one repairing the node and one
+// quarantining it, leave it either in service with no slot marked, or
+// quarantined with every slot marked (the quarantine's marks come after
+// its epoch, and a repair's writes stop once they find it). The floor also
+// takes in the per-resource counters of an earlier lockgate, if any are on
+// the node (see legacyCounters); they are deleted once the slots hold
+// them.
+func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
 	floor = slices.Clone(floor)
-	epoch, err := n.repairEpoch(ctx)
-	if err != nil {
+	if err := n.repairEpoch(ctx, epoch); err != nil {
 		return err
 	}
 	legacy, err := n.legacyCounters(ctx, floor)
@@ -288,14 +299,14 @@ func (n *Node) Repair(ctx context.Context, floor []int64) error {
 	}
 	for _, c := range cmds {
 		if v, _ := c.Int64(); v != 1 {
-			return ErrRequarantined
+			return lockcore.ErrNodeChanged
 		}
 	}
 	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Int64(); {
 	case err != nil:
 		return err
 	case served != 1:
-		return ErrRequarantined
+		return lockcore.ErrNodeChanged
 	}
 	if len(legacy) > 0 { // folded into the slots above: no longer needed
 		pipe := n.rdb.Pipeline()

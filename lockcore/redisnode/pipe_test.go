@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
@@ -35,7 +36,7 @@ func initialize(tb testing.TB, n *redisnode.Node) {
 		tb.Fatal(err)
 	}
 	if !h.Initialized {
-		if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+		if err := nodetest.Initialize(context.Background(), n); err != nil {
 			tb.Fatal(err)
 		}
 	}

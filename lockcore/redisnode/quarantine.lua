@@ -3,7 +3,7 @@
 -- ARGV[1] this quarantine's epoch: a random id, new for every call
 -- Sets init, and qsince to the node's time now unless it is set already, in
 -- which case the quarantine keeps its start; clears qdone (the slots are
--- marked next, then qdone.lua sets it); sets qepoch to ARGV[1], so that a
+-- marked next, by mark.lua, then qdone.lua sets it) and boot; sets qepoch to ARGV[1], so that a
 -- repair begun before does not put the node back in service (repair.lua,
 -- serve.lua) and an earlier quarantine does not set qdone for this one's
 -- marks (qdone.lua). A random epoch, unlike a count, cannot come back after
@@ -15,6 +15,6 @@ if not q then
   q = string.format('%d', now)
   redis.call('HSET', KEYS[1], 'qsince', q)
 end
-redis.call('HDEL', KEYS[1], 'qdone')
+redis.call('HDEL', KEYS[1], 'qdone', 'boot')
 redis.call('HSET', KEYS[1], 'qepoch', ARGV[1])
 return tonumber(q)

@@ -120,6 +120,9 @@ var (
 	//go:embed boot.lua
 	bootLua    string
 	bootScript = redis.NewScript(bootLua)
+	//go:embed mark.lua
+	markLua    string
+	markScript = redis.NewScript(markLua)
 	//go:embed qdone.lua
 	qdoneLua    string
 	qdoneScript = redis.NewScript(qdoneLua)

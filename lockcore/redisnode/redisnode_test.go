@@ -23,7 +23,7 @@ func newNode(t testing.TB, srv *redistest.Server) *redisnode.Node {
 		t.Fatal(err)
 	}
 	if !h.Initialized {
-		if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots)); err != nil {
+		if err := nodetest.Initialize(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}
 	}

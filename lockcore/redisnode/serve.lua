@@ -1,12 +1,12 @@
 -- serve.lua: the last step of a repair, once every slot is repaired: the
 -- node is initialized and out of quarantine.
 -- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
--- ARGV[1] the quarantine epoch (qepoch, '' when unset) the repair began in
--- If the epoch is no longer ARGV[1] (a quarantine began since, or the node
--- lost its data), it changes nothing and returns 0: that quarantine's marks
--- stand, and so does its start. Otherwise it sets init, clears qsince,
+-- ARGV[1] the epoch the repair was decided on (see lockcore.Node.Repair)
+-- If the epoch is no longer ARGV[1] (a quarantine began since, the node was
+-- marked again, or it lost its data), it changes nothing and returns 0: a
+-- quarantine's marks stand, and so does its start. Otherwise it sets init, clears qsince,
 -- qdone and boot, lifts the beat (see lift.lua) and returns 1.
-if (redis.call('HGET', KEYS[1], 'qepoch') or '') ~= ARGV[1] then
+if redis.call('HGET', KEYS[1], 'qepoch') ~= ARGV[1] then
   return 0
 end
 lift(KEYS[1])
