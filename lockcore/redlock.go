@@ -199,6 +199,20 @@ type AcquireRequest struct {
 	// (whose answer was lost) or a stray minority copy, and the answer is a
 	// new grant. tried is set after the first round.
 	fresh, tried bool
+	// rounds counts a waiting request's rounds (nil for one that does not
+	// wait), and round is the number of the round a copy of the request
+	// belongs to (see superseded).
+	rounds *atomic.Int64
+	round  int64
+}
+
+// superseded reports whether a later round of the request has begun since
+// the round req is a copy of. A clean-up of that round's copies (undoOn,
+// retryUndo) must then stop: the request's lease id is the same in every
+// round, so a release sent for the earlier round would free the later
+// round's grant (the lease would then answer 404 to its holder).
+func (req AcquireRequest) superseded() bool {
+	return req.rounds != nil && req.rounds.Load() != req.round
 }
 
 // Waits reports whether the request may wait for a held lock.
@@ -463,6 +477,9 @@ func (t tally) answered() int { return t.ok + t.taken + t.absent + t.mismatch }
 func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
 	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
 	r.lates.wait(ctx, req.Resource, req.LeaseID)
+	if req.rounds != nil {
+		req.round = req.rounds.Add(1)
+	}
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(*req)
 	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
@@ -547,7 +564,7 @@ func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, r
 		if grant || (res.err != nil && req.minted) {
 			again := make([]bool, len(r.nodes))
 			again[res.i] = true
-			r.undoOn(req.Resource, req.LeaseID, again, req.minted, req.TTL)
+			r.undoOn(req, again)
 		}
 		return
 	}
@@ -740,14 +757,16 @@ func (r *Redlock) undoAcquire(req AcquireRequest, results []nodeResult, reentere
 		unheard := res.err != nil && errors.Is(res.err, errUnheard) // undone when it answers (see lateAcquire)
 		undo[i] = (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && req.minted && !unheard)
 	}
-	r.undoOn(req.Resource, req.LeaseID, undo, req.minted, req.TTL)
+	r.undoOn(req, undo)
 }
 
-// undoOn releases lease on the nodes marked in undo and tells the waiting
-// room which released it. A minted lease's releases that failed are tried
-// again in the background (see retryUndo).
-func (r *Redlock) undoOn(resource, lease string, undo []bool, minted bool, ttl time.Duration) {
-	if !slices.Contains(undo, true) {
+// undoOn releases req's lease on the nodes marked in undo and tells the
+// waiting room which released it. A minted lease's releases that failed
+// are tried again in the background (see retryUndo), until a later round
+// of the same request begins (see AcquireRequest.superseded).
+func (r *Redlock) undoOn(req AcquireRequest, undo []bool) {
+	resource, lease := req.Resource, req.LeaseID
+	if !slices.Contains(undo, true) || req.superseded() {
 		return
 	}
 	results := r.fanout(context.Background(), func(ctx context.Context, i int, n Node) (NodeReply, error) {
@@ -757,13 +776,13 @@ func (r *Redlock) undoOn(resource, lease string, undo []bool, minted bool, ttl t
 		return n.Release(ctx, resource, lease, 0)
 	})
 	r.waits.announce(resource, released(results))
-	if minted {
+	if req.minted {
 		var again []bool
 		for i, res := range results {
 			again = append(again, undo[i] && res.err != nil)
 		}
 		if slices.Contains(again, true) {
-			go r.retryUndo(resource, lease, again, ttl)
+			go r.retryUndo(resource, lease, again, req.TTL, req.superseded)
 		}
 	}
 }
@@ -773,9 +792,11 @@ func (r *Redlock) undoOn(resource, lease string, undo []bool, minted bool, ttl t
 // answers or the lease's TTL has run out anyway: otherwise a failed attempt
 // could leave a lock held on a majority that nobody knows of. Only a minted
 // lease may be released late: nobody else can hold it, while a client that
-// chose its lease id may have acquired with it meanwhile. It stops when the
-// Redlock is closed.
-func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Duration) {
+// chose its lease id may have acquired with it meanwhile; and the same
+// request may have too, in a later round: it stops once superseded reports
+// true (see AcquireRequest.superseded). It stops when the Redlock is
+// closed.
+func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Duration, superseded func() bool) {
 	// Real time, like the node calls it retries: this is clean-up that no
 	// wait depends on, and a fake clock driving waits must not run it.
 	deadline := time.Now().Add(ttl)
@@ -789,6 +810,9 @@ func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Durat
 		case <-t.C:
 		}
 		wait = min(2*wait, time.Second)
+		if superseded() {
+			return
+		}
 		results := r.fanout(context.Background(), func(ctx context.Context, i int, n Node) (NodeReply, error) {
 			if !again[i] {
 				return NodeReply{Status: StatusAbsent}, nil
@@ -946,6 +970,9 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	hctx := context.WithoutCancel(ctx)
 	_ = r.guard.ready(ctx)                                  // before the clock starts; fanout reports its error
 	r.lates.wait(hctx, next.req.Resource, next.req.LeaseID) // see lateLease
+	if next.req.rounds != nil {                             // a round of the waiter's request (see AcquireRequest.superseded)
+		next.req.round = next.req.rounds.Add(1)
+	}
 	start := r.opt.Clock.Now()
 	h := &handOff{r: r, req: req, next: next, na: r.nodeAcquire(next.req),
 		grants: make([]NodeReply, len(r.nodes)), settled: make(chan struct{})}

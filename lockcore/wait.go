@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/lockcore/internal/waitroom"
@@ -53,6 +54,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	// The answer of the Try or Refresh that ended the wait, if one did.
 	var lease *Lease
 	var err error
+	req.rounds = new(atomic.Int64) // see AcquireRequest.superseded
 	try := func(ctx context.Context) waitroom.Result {
 		lease, err = r.tryAcquire(ctx, &req) // req keeps what its first round learnt
 		if taken, ok := errors.AsType[*TakenError](err); ok {
@@ -171,6 +173,6 @@ func (r *Redlock) releaseAbandoned(l *Lease) {
 		for i := range all {
 			all[i] = true
 		}
-		go r.retryUndo(l.Resource, l.ID, all, l.Validity)
+		go r.retryUndo(l.Resource, l.ID, all, l.Validity, func() bool { return false })
 	}
 }
