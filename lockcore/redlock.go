@@ -970,7 +970,9 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	hctx := context.WithoutCancel(ctx)
 	_ = r.guard.ready(ctx)                                  // before the clock starts; fanout reports its error
 	r.lates.wait(hctx, next.req.Resource, next.req.LeaseID) // see lateLease
-	if next.req.rounds != nil {                             // a round of the waiter's request (see AcquireRequest.superseded)
+	// The hand-off is a round of the waiter's request (see
+	// AcquireRequest.superseded).
+	if next.req.rounds != nil {
 		next.req.round = next.req.rounds.Add(1)
 	}
 	start := r.opt.Clock.Now()
