@@ -199,6 +199,15 @@
 //     persistence lose everything on a restart and are quarantined too.
 //   - A quarantine lasts the largest TTL (default 1h): keep MaxTTL as low as
 //     your holders allow, and run enough nodes to keep a quorum meanwhile.
+//   - A waiting request uses one lease id in all its rounds. When a round
+//     fails, its copies are released (undone), and a release that a node
+//     did not answer is tried again until a later round of the request
+//     begins. A release sent to a stalled node before that moment may
+//     still run on it after the later round's grant there, if the two
+//     went over different connections (Redis orders commands only within
+//     one), and free that grant: the lease then holds one node fewer than
+//     it was granted on. Not seen in the tests; the fencing token still
+//     protects storage.
 //   - With fewer than a quorum of nodes in service nothing is granted; a
 //     node that refuses writes (maxmemory reached with noeviction, a failing
 //     disk) does not count.
