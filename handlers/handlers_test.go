@@ -141,6 +141,13 @@ func (r response) String() string {
 	return fmt.Sprintf("%d %s", r.Status, body)
 }
 
+// oneRawName reports whether target is /locks/ and one raw path segment.
+func oneRawName(target string) bool {
+	path, _, _ := strings.Cut(target, "?")
+	name, ok := strings.CutPrefix(path, "/locks/")
+	return ok && name != "" && !strings.Contains(name, "/")
+}
+
 // checkContract fails t unless res is an answer that openapi.yaml documents
 // for method and target, and unless every error is a complete problem.
 func checkContract(t *testing.T, method, target string, res response) {
@@ -167,6 +174,14 @@ func checkContract(t *testing.T, method, target string, res response) {
 		case errors.Is(err, routers.ErrPathNotFound) && res.Status == http.StatusNotFound:
 		case errors.Is(err, routers.ErrPathNotFound) && res.Status == http.StatusBadRequest && strings.HasPrefix(req.URL.Path, "/locks/"):
 		case errors.Is(err, routers.ErrMethodNotAllowed) && res.Status == http.StatusMethodNotAllowed:
+		case errors.Is(err, routers.ErrPathNotFound) && res.Status == http.StatusMethodNotAllowed && oneRawName(target):
+			// An escaped slash in the name: the gateway routes the raw
+			// path, one segment below /locks/, as /locks/{resource}; the
+			// contract's router decodes it first. The method must be one
+			// that /locks/{resource} does not have.
+			if _, _, err := router.FindRoute(httptest.NewRequest(method, "/locks/x", nil)); !errors.Is(err, routers.ErrMethodNotAllowed) {
+				t.Errorf("%s %s answered 405 but /locks/{resource} has that method (%v)", method, target, err)
+			}
 		default:
 			t.Errorf("%s %s answered %d but openapi.yaml has no such operation: %v", method, target, res.Status, err)
 		}
