@@ -192,7 +192,11 @@
 //     initialized to every gateway).
 //   - A restore from an older copy is found only by a gateway that saw the
 //     node's heartbeat before (gateways remember it in memory); all
-//     gateways restarting together forget it.
+//     gateways restarting together forget it. A repair decided on a
+//     quarantine's epoch before the node served, and carried out after it
+//     went back to a copy made during that quarantine, finds the epoch it
+//     expects and puts the node in service before any gateway's check has
+//     found the older copy.
 //   - Nodes that sync every second (appendfsync everysec) are quarantined
 //     after every restart, since they may have lost their last second; a
 //     server that refuses CONFIG GET counts as such. Nodes without
@@ -202,7 +206,7 @@
 //   - A waiting request uses one lease id in all its rounds. When a round
 //     fails, its copies are released (undone), and a release that a node
 //     did not answer is tried again until a later round of the request
-//     begins. A release sent to a stalled node before that moment may
+//     begins. A release sent to a stalled node at about that moment may
 //     still run on it after the later round's grant there, if the two
 //     went over different connections (Redis orders commands only within
 //     one), and free that grant: the lease then holds one node fewer than

@@ -66,8 +66,10 @@ type Node interface {
 	// data, and whether it is in quarantine (see NodeHealth). It may write
 	// (a heartbeat), so that a node that refuses writes shows.
 	Check(ctx context.Context) (NodeHealth, error)
-	// Quarantine takes the node out of service until Repair (idempotent: a
-	// second call does not restart the quarantine's clock).
+	// Quarantine takes the node out of service until Repair, and starts the
+	// quarantine's clock (NodeHealth.QuarantinedFor), again at every call:
+	// a node back from a copy of its data taken during an earlier
+	// quarantine must not count that one's time.
 	Quarantine(ctx context.Context) error
 	// MarkInitializing records, on a node that is not initialized, that a
 	// gateway is about to initialize it as a node of a new cluster (see

@@ -336,9 +336,7 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.quarantined {
-		n.quarantined, n.qsince = true, n.now()
-	}
+	n.quarantined, n.qsince = true, n.now() // see lockcore.Node.Quarantine
 	n.initialized, n.lost, n.epoch = true, false, lockcore.NewLeaseID()
 	return nil
 }
