@@ -281,23 +281,13 @@ func TestANodeBackFromAnOlderCopyIsQuarantined(t *testing.T) {
 	rl := lossRedlock(t, srvs, true)
 	const res = "older-copy"
 	cycle(t, rl, res)
-	old := filepath.Join(t.TempDir(), "aof")
-	if err := os.CopyFS(old, os.DirFS(filepath.Join(a.Dir(), "appendonlydir"))); err != nil {
-		t.Fatal(err)
-	}
+	old := copyAOF(t, a)
 	time.Sleep(100 * time.Millisecond) // a few heartbeats after the copy
 	var top int64
 	for range 3 {
 		top = max(top, cycle(t, rl, res))
 	}
-	a.Kill()
-	if err := os.RemoveAll(filepath.Join(a.Dir(), "appendonlydir")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(filepath.Join(a.Dir(), "appendonlydir"), os.DirFS(old)); err != nil {
-		t.Fatal(err)
-	}
-	a.Restart()
+	restoreAOF(t, a, old)
 	b.Pause()
 	time.Sleep(200 * time.Millisecond) // several guard passes
 	l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
@@ -402,21 +392,11 @@ func TestANewServerProcessIsNotCountedBeforeItIsChecked(t *testing.T) {
 	t.Cleanup(rl.Close)
 	const res = "new-process"
 	cycle(t, rl, res)
-	old := filepath.Join(t.TempDir(), "aof")
-	if err := os.CopyFS(old, os.DirFS(filepath.Join(a.Dir(), "appendonlydir"))); err != nil {
-		t.Fatal(err)
-	}
+	old := copyAOF(t, a)
 	c.Kill()
 	l1 := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: time.Minute})
 	c.Restart()
-	a.Kill()
-	if err := os.RemoveAll(filepath.Join(a.Dir(), "appendonlydir")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(filepath.Join(a.Dir(), "appendonlydir"), os.DirFS(old)); err != nil {
-		t.Fatal(err)
-	}
-	a.Restart()
+	restoreAOF(t, a, old)
 	b.Pause()
 	defer b.Resume()
 	l2, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
