@@ -44,7 +44,12 @@
 //     and a late grant to an attempt that failed after all, or to a lease
 //     released meanwhile, is released. A lease id the client chose may be
 //     in use by a retry through another replica at the same time, so such a
-//     copy is left to expire with its TTL, as a node that did not answer is;
+//     copy is left to expire with its TTL, as a node that did not answer is.
+//     Its token may be above the one the client was given: an Extend with
+//     If-Match that a quorum did under the client's token answers that
+//     token (the copy is extended without the check, see checked), so the
+//     holder's next If-Match still matches. Without If-Match an Extend
+//     answers, and fences, the highest token its quorum holds;
 //   - an extend's late node is raised to the token answered, as above;
 //   - a release's late node is announced to the waiting room, as the nodes
 //     heard are; one that never answers keeps its copy until its TTL runs

@@ -178,6 +178,35 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		}
 	})
 
+	t.Run("a kept late grant with a higher token does not change the token under If-Match", func(t *testing.T) {
+		// As above, node 2 keeps a copy of the client's lease with a token
+		// above the one the client was given. Extends that name the
+		// client's token (the client package renews so) go on answering
+		// that token: one that answered node 2's token would make every
+		// later If-Match fail while the lease holds the lock.
+		c := newEarlyCluster(t, nil)
+		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
+		if err := c.raw[2].RaiseFence(context.Background(), "kept", "someone-else-0123456789", 100); err != nil {
+			t.Fatal(err)
+		}
+		req := lockcore.AcquireRequest{Resource: "kept", LeaseID: "kept-by-the-client-0123", TTL: earlyTTL}
+		granted := c.granted(2)
+		open := c.gate(2)
+		var l *lockcore.Lease
+		within(t, "acquire", func() { l = mustAcquire(t, c.rl, req) })
+		open()
+		if rep := <-granted; rep.Token <= 100 || l.Token > 100 {
+			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
+		}
+		eventually(t, "node 2 holds its copy", func() bool { return c.holders(t, "kept")[2].Found })
+		for i := range 3 {
+			e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "kept", LeaseID: req.LeaseID, TTL: earlyTTL, IfToken: l.Token})
+			if err != nil || e.Token != l.Token {
+				t.Fatalf("extend %d with If-Match %d: %+v, %v; want the token the client was given", i, l.Token, e, err)
+			}
+		}
+	})
+
 	t.Run("a late grant with a lower token is raised to the token given", func(t *testing.T) {
 		c := newEarlyCluster(t, nil)
 		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})

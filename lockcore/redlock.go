@@ -862,11 +862,21 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	if err := r.verdict("extend", req.Resource, t); err != nil {
 		return nil, withCtx(ctx, err)
 	}
+	token := t.maxToken
+	if req.IfToken != 0 && tokenHeld(results, req.IfToken) >= r.quorum {
+		// A quorum extended the lease under the token the client named:
+		// that is its token. A node whose copy carries a higher one (a
+		// late grant to a lease id the client chose, which lateAcquire
+		// leaves alone) was extended without the check, and must not
+		// change the holder's token under it: the next If-Match would
+		// then fail on every node while the lease holds the lock.
+		token = req.IfToken
+	}
 	// The token answered must be fenced like an acquisition's: a lease can
 	// hold a quorum without its grant having been fenced (an attempt whose
 	// answers were lost left its copies), and the token its nodes store
 	// may then be one a later grant repeats.
-	if err := r.fence(ctx, req.Resource, req.LeaseID, t.maxToken, results); err != nil {
+	if err := r.fence(ctx, req.Resource, req.LeaseID, token, results); err != nil {
 		r.quorumFailed(err)
 		return nil, withCtx(ctx, err)
 	}
@@ -887,8 +897,19 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 		r.opt.Observer.QuorumFailed("extend")
 		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
 	}
-	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: ttl,
+	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: token, TTL: ttl,
 		Validity: validity, Expires: now.Add(validity), Reentered: true}, nil
+}
+
+// tokenHeld counts the nodes that answered StatusOK with token.
+func tokenHeld(results []nodeResult, token int64) int {
+	n := 0
+	for _, res := range results {
+		if res.err == nil && res.reply.Status == StatusOK && res.reply.Token == token {
+			n++
+		}
+	}
+	return n
 }
 
 // Release frees a held lock on every node and wakes this replica's waiters;
