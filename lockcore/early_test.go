@@ -86,7 +86,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		open()
 		mustRelease(t, c.rl, l)
 		eventually(t, "node 2 runs the acquisition and the release", func() bool {
-			return c.nodes[2].Acquires() == 2 && !c.holders(t, "r")[2].Found
+			return c.nodes[2].Acquires() == 2 && !c.peek(t, "r")[2].Found
 		})
 	})
 
@@ -102,11 +102,11 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 			}
 		})
 		within(t, "release", func() { mustRelease(t, c.rl, l) })
-		if h := c.holders(t, "r"); h[0].Found || h[1].Found {
+		if h := c.peek(t, "r"); h[0].Found || h[1].Found {
 			t.Fatalf("holders %+v; want nodes 0 and 1 released", h)
 		}
 		open()
-		eventually(t, "node 2 runs the extend and the release", func() bool { return !c.holders(t, "r")[2].Found })
+		eventually(t, "node 2 runs the extend and the release", func() bool { return !c.peek(t, "r")[2].Found })
 	})
 
 	t.Run("a refusal by a quorum", func(t *testing.T) {
@@ -120,7 +120,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 				t.Errorf("acquire of a held lock: %v; want *TakenError with a retry hint", err)
 			}
 		})
-		if h := c.holders(t, "held"); h[0].Lease != holder.ID || h[1].Lease != holder.ID {
+		if h := c.peek(t, "held"); h[0].Lease != holder.ID || h[1].Lease != holder.ID {
 			t.Fatalf("holders %+v; want the holder's lock untouched", h)
 		}
 	})
@@ -143,7 +143,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		if rep := <-granted; rep.Token <= 100 {
 			t.Fatalf("node 2 granted %+v; want a token above 100", rep)
 		}
-		eventually(t, "node 2's copy is released", func() bool { return !c.holders(t, "ahead")[2].Found })
+		eventually(t, "node 2's copy is released", func() bool { return !c.peek(t, "ahead")[2].Found })
 		e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "ahead", LeaseID: l.ID})
 		if err != nil || e.Token != l.Token || l.Token > 100 {
 			t.Fatalf("extend: %+v, %v; want the token acquired, %d", e, err, l.Token)
@@ -173,7 +173,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
 		}
 		retry := mustAcquire(t, c.rl, req) // waits for the late answers to be acted on
-		if h := c.holders(t, "chosen")[2]; !h.Found || h.Lease != req.LeaseID || h.Token != rep.Token || !retry.Reentered {
+		if h := c.peek(t, "chosen")[2]; !h.Found || h.Lease != req.LeaseID || h.Token != rep.Token || !retry.Reentered {
 			t.Fatalf("node 2 holds %+v, the retry got %+v; want node 2's copy with token %d kept and re-entered", h, retry, rep.Token)
 		}
 	})
@@ -198,7 +198,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		if rep := <-granted; rep.Token <= 100 || l.Token > 100 {
 			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
 		}
-		eventually(t, "node 2 holds its copy", func() bool { return c.holders(t, "kept")[2].Found })
+		eventually(t, "node 2 holds its copy", func() bool { return c.peek(t, "kept")[2].Found })
 		for i := range 3 {
 			e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "kept", LeaseID: req.LeaseID, TTL: earlyTTL, IfToken: l.Token})
 			if err != nil || e.Token != l.Token {
@@ -220,7 +220,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		within(t, "acquire", func() { l = mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "behind", TTL: earlyTTL}) })
 		open()
 		eventually(t, "node 2's copy carries the token given", func() bool {
-			h := c.holders(t, "behind")[2]
+			h := c.peek(t, "behind")[2]
 			return h.Found && h.Lease == l.ID && h.Token == l.Token
 		})
 	})
@@ -243,7 +243,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		open()
 		<-granted
 		eventually(t, "no node holds the lock", func() bool {
-			for _, h := range c.holders(t, "spent") {
+			for _, h := range c.peek(t, "spent") {
 				if h.Found {
 					return false
 				}
@@ -267,7 +267,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		if rep := <-granted; rep.Status != lockcore.StatusGranted {
 			t.Fatalf("node 2 answered %+v; want a grant", rep)
 		}
-		eventually(t, "node 2's late copy is released", func() bool { return !c.holders(t, "after")[2].Found })
+		eventually(t, "node 2's late copy is released", func() bool { return !c.peek(t, "after")[2].Found })
 	})
 
 	t.Run("a caller that leaves after its answer does not cancel the late call", func(t *testing.T) {
@@ -285,7 +285,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		cancel() // as net/http does once the handler has answered
 		open()
 		eventually(t, "node 2 holds the lease", func() bool {
-			h := c.holders(t, "left")[2]
+			h := c.peek(t, "left")[2]
 			return h.Found && h.Lease == l.ID && h.Token == l.Token
 		})
 	})
@@ -324,7 +324,7 @@ func TestALateReleaseIsActedOn(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("waiter: %v", r.err)
 			}
-			if h := s.wc.holders(t, s.resource); h[1].Lease != r.lease.ID || h[2].Lease != r.lease.ID {
+			if h := s.wc.peek(t, s.resource); h[1].Lease != r.lease.ID || h[2].Lease != r.lease.ID {
 				t.Fatalf("holders %+v; want the waiter's lease on B and C", h)
 			}
 		case <-time.After(wakeBound):
@@ -534,7 +534,7 @@ func newLateScene(t *testing.T, others lateOthers) *lateScene {
 			wakeBound, 1+others.refusals, refusals.Load())
 	}
 	wc.parked(t, 1+others.waiters)
-	if h := wc.holders(t, s.resource); h[0].Found || h[1].Found || h[2].Lease != leaseA {
+	if h := wc.peek(t, s.resource); h[0].Found || h[1].Found || h[2].Lease != leaseA {
 		t.Fatalf("holders %+v; want only the holder's copy, on C", h)
 	}
 	none(t, s.w)

@@ -127,6 +127,7 @@ type Redlock struct {
 	handOff bool
 	guard   *guard
 	lates   lateLeases // acquisitions answered with calls still under way
+	bg      background // rounds whose late answers are being acted on
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are

@@ -30,9 +30,10 @@ var fakeStart = time.Unix(1_700_000_000, 0)
 
 // cluster is a Redlock over fault-injecting wrappers of in-memory nodes.
 type cluster struct {
-	rl    *lockcore.Redlock
-	raw   []lockcore.Node
-	nodes []*nodetest.Faulty
+	rl       *lockcore.Redlock
+	replicas []*lockcore.Redlock // every Redlock over the nodes, rl first
+	raw      []lockcore.Node
+	nodes    []*nodetest.Faulty
 }
 
 // newCluster builds n in-memory nodes (memNodes) and a Redlock over them.
@@ -76,11 +77,22 @@ func (c *cluster) replica(t testing.TB, opts *lockcore.Options) *lockcore.Redloc
 		t.Fatal(err)
 	}
 	t.Cleanup(rl.Close)
+	c.replicas = append(c.replicas, rl)
 	return rl
 }
 
-// down marks the nodes at the given indexes down (or up again).
+// settle waits until every replica has acted on the late answers of its
+// calls (lockcore.Settle).
+func (c *cluster) settle() {
+	for _, rl := range c.replicas {
+		lockcore.Settle(rl)
+	}
+}
+
+// down marks the nodes at the given indexes down (or up again), once the
+// replicas have settled (see settle): the change is for later calls only.
 func (c *cluster) down(down bool, idx ...int) {
+	c.settle()
 	for _, i := range idx {
 		if down {
 			c.nodes[i].SetDown(errDown)
@@ -91,8 +103,17 @@ func (c *cluster) down(down bool, idx ...int) {
 }
 
 // holders reads, from the raw nodes, which lease holds resource on each node
-// ("" for none), bypassing every injected fault.
+// ("" for none), bypassing every injected fault, once the replicas have
+// settled (see settle).
 func (c *cluster) holders(t testing.TB, resource string) []lockcore.NodeLock {
+	t.Helper()
+	c.settle()
+	return c.peek(t, resource)
+}
+
+// peek is holders without settling: what the nodes hold while calls may
+// still be under way.
+func (c *cluster) peek(t testing.TB, resource string) []lockcore.NodeLock {
 	t.Helper()
 	out := make([]lockcore.NodeLock, len(c.raw))
 	for i, n := range c.raw {

@@ -32,6 +32,7 @@ type round struct {
 	ch      chan nodeResult
 	decided atomic.Bool
 	cancel  context.CancelFunc
+	bg      *background // counts rest's goroutine
 	stop    func() bool // stops the link from the caller's context
 	after   func()      // if set, called once rest has passed on every answer
 }
@@ -41,7 +42,7 @@ type round struct {
 // that fails, the round is complete at once, every node answering the
 // error.
 func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) *round {
-	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now()}
+	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now(), bg: &r.bg}
 	if err := r.guard.ready(ctx); err != nil {
 		for i, n := range r.nodes {
 			rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
@@ -171,7 +172,9 @@ func (rd *round) rest(late func(nodeResult)) {
 		return
 	}
 	pending := len(rd.results) - rd.n
+	rd.bg.add()
 	go func() {
+		defer rd.bg.done()
 		for range pending {
 			res := <-rd.ch
 			if late != nil {
@@ -184,6 +187,46 @@ func (rd *round) rest(late func(nodeResult)) {
 			rd.after()
 		}
 	}()
+}
+
+// background counts the rounds whose late answers are still being acted on
+// (see round.rest). Tests wait on it (export_test.go) before they read the
+// nodes: a round decided at a quorum may leave a node's call under way.
+type background struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while nobody waits
+}
+
+func (b *background) add() {
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+}
+
+func (b *background) done() {
+	b.mu.Lock()
+	if b.n--; b.n == 0 && b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+	b.mu.Unlock()
+}
+
+// wait returns once no round has late answers left to act on: each ends by
+// its calls' deadlines.
+func (b *background) wait() {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	b.mu.Unlock()
+	<-idle
 }
 
 // fanout calls fn on every node in parallel, each bounded by NodeTimeout,
