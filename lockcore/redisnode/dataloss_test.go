@@ -84,6 +84,25 @@ func cycle(t *testing.T, rl *lockcore.Redlock, resource string) int64 {
 	}
 }
 
+// freeEverywhere waits until no server holds resource: a release is
+// answered at a quorum, and a node slower than the grace (a loaded
+// machine) may still be releasing it.
+func freeEverywhere(t *testing.T, srvs []*redistest.Server, resource string) {
+	t.Helper()
+	for _, s := range srvs {
+		n := newNode(t, s)
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(time.Millisecond) {
+			l, err := n.Inspect(context.Background(), resource)
+			if err == nil && !l.Found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %s after 3s: %+v, %v", s.Addr(), resource, l, err)
+			}
+		}
+	}
+}
+
 // TestALaggingNodeThenAnEmptyRestart: C misses five grants while down and
 // comes back; then A restarts empty while B is paused. Unprotected, the
 // next grant (A and C) repeats an old token: A starts again at 1, C lags.
@@ -318,6 +337,7 @@ func TestRestartsAndQuarantine(t *testing.T) {
 			rl := lossRedlock(t, srvs, true)
 			const res = "restarts"
 			top := cycle(t, rl, res)
+			freeEverywhere(t, srvs, res) // before A restarts with what it holds
 			a.Restart()
 			b.Pause()
 			defer b.Resume()

@@ -509,6 +509,24 @@ func TestRedlockWaitAcrossReplicas(t *testing.T) {
 		holderRL, waiterRL := replicas[round%2], replicas[1-round%2]
 		res := fmt.Sprintf("replicas-%d", round%2) // reused: subscriptions come and go
 		holder := nodetest.MustAcquire(t, holderRL, lockcore.AcquireRequest{Resource: res, TTL: holdTTL})
+		// It was answered at a quorum: on a loaded machine the third node
+		// can answer after the grace. Wait until it holds it too, or the
+		// waiter's first attempt may get that node's grant, a split vote,
+		// after which it tries again on the (frozen) clock.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			held := 0
+			for _, p := range probe {
+				if l, err := p.Inspect(ctx, res); err == nil && l.Lease == holder.ID {
+					held++
+				}
+			}
+			if held == len(probe) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d nodes hold the holder's lock after 10s", round, held, len(probe))
+			}
+		}
 
 		type result struct {
 			lease *lockcore.Lease
