@@ -13,8 +13,9 @@ import (
 
 // opsObserver records the node calls a Redlock makes, by operation.
 type opsObserver struct {
-	mu  sync.Mutex
-	ops map[string]int
+	settle func() // set by cluster.replica: run before each take
+	mu     sync.Mutex
+	ops    map[string]int
 }
 
 func (o *opsObserver) NodeCall(_, op string, _ time.Duration, _ error) {
@@ -28,8 +29,13 @@ func (o *opsObserver) NodeCall(_, op string, _ time.Duration, _ error) {
 func (o *opsObserver) QuorumFailed(string) {}
 func (o *opsObserver) Fenced()             {}
 
-// take returns the calls recorded since the last take.
+// take returns the calls recorded since the last take, once the Redlocks
+// that report to o have acted on their late answers (cluster.settle): a
+// node slower than the grace may still be running a call.
 func (o *opsObserver) take() map[string]int {
+	if o.settle != nil {
+		o.settle()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := o.ops

@@ -78,6 +78,9 @@ func (c *cluster) replica(t testing.TB, opts *lockcore.Options) *lockcore.Redloc
 	}
 	t.Cleanup(rl.Close)
 	c.replicas = append(c.replicas, rl)
+	if obs, ok := o.Observer.(*opsObserver); ok {
+		obs.settle = c.settle
+	}
 	return rl
 }
 

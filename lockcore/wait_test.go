@@ -89,6 +89,9 @@ func (wc *waitCluster) parked(t testing.TB, n int) {
 	if !wc.clock.WaitSleepers(n, 10*time.Second) {
 		t.Fatalf("%d waiters asleep after 10s, want %d", len(wc.clock.Sleepers()), n)
 	}
+	// A node slower than the grace may still run their attempts' calls:
+	// faults and hooks a test sets next are for later calls only.
+	wc.settle()
 }
 
 // pass lets d go by for the waiters and the nodes' locks: on the fake clock,
