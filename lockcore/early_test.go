@@ -47,6 +47,31 @@ func (c *cluster) granted(i int) <-chan lockcore.NodeReply {
 	return ch
 }
 
+// keptLateGrant acquires resource with a lease id the client chose while
+// node 2, whose counter is 100 ahead, is held at a gate: the quorum answers
+// a token below 100, and node 2 then grants a copy above 100, which
+// lateAcquire leaves alone. It returns the cluster, the request, the lease
+// answered and node 2's grant.
+func keptLateGrant(t *testing.T, resource string) (*cluster, lockcore.AcquireRequest, *lockcore.Lease, lockcore.NodeReply) {
+	t.Helper()
+	c := newEarlyCluster(t, nil)
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
+	if err := c.raw[2].RaiseFence(context.Background(), resource, "someone-else-0123456789", 100); err != nil {
+		t.Fatal(err)
+	}
+	req := lockcore.AcquireRequest{Resource: resource, LeaseID: resource + "-by-the-client-0123", TTL: earlyTTL}
+	granted := c.granted(2)
+	open := c.gate(2)
+	var l *lockcore.Lease
+	within(t, "acquire", func() { l = mustAcquire(t, c.rl, req) })
+	open()
+	rep := <-granted
+	if rep.Token <= 100 || l.Token > 100 {
+		t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
+	}
+	return c, req, l, rep
+}
+
 // within runs fn and fails the test if it has not returned after 10s: it
 // waited for the gated node.
 func within(t *testing.T, what string, fn func()) {
@@ -157,21 +182,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		// retry comes through this replica, after the late answer was
 		// acted on, and finds the copy: it re-enters there with the token
 		// node 2 granted.
-		c := newEarlyCluster(t, nil)
-		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
-		if err := c.raw[2].RaiseFence(context.Background(), "chosen", "someone-else-0123456789", 100); err != nil {
-			t.Fatal(err)
-		}
-		req := lockcore.AcquireRequest{Resource: "chosen", LeaseID: "chosen-by-the-client-0123", TTL: earlyTTL}
-		granted := c.granted(2)
-		open := c.gate(2)
-		var l *lockcore.Lease
-		within(t, "acquire", func() { l = mustAcquire(t, c.rl, req) })
-		open()
-		rep := <-granted
-		if rep.Token <= 100 || l.Token > 100 {
-			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
-		}
+		c, req, _, rep := keptLateGrant(t, "chosen")
 		retry := mustAcquire(t, c.rl, req) // waits for the late answers to be acted on
 		if h := c.peek(t, "chosen")[2]; !h.Found || h.Lease != req.LeaseID || h.Token != rep.Token || !retry.Reentered {
 			t.Fatalf("node 2 holds %+v, the retry got %+v; want node 2's copy with token %d kept and re-entered", h, retry, rep.Token)
@@ -184,20 +195,7 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		// client's token (the client package renews so) go on answering
 		// that token: one that answered node 2's token would make every
 		// later If-Match fail while the lease holds the lock.
-		c := newEarlyCluster(t, nil)
-		mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
-		if err := c.raw[2].RaiseFence(context.Background(), "kept", "someone-else-0123456789", 100); err != nil {
-			t.Fatal(err)
-		}
-		req := lockcore.AcquireRequest{Resource: "kept", LeaseID: "kept-by-the-client-0123", TTL: earlyTTL}
-		granted := c.granted(2)
-		open := c.gate(2)
-		var l *lockcore.Lease
-		within(t, "acquire", func() { l = mustAcquire(t, c.rl, req) })
-		open()
-		if rep := <-granted; rep.Token <= 100 || l.Token > 100 {
-			t.Fatalf("node 2 granted %+v, the quorum %d; want node 2 above 100 and the quorum below", rep, l.Token)
-		}
+		c, req, l, _ := keptLateGrant(t, "kept")
 		eventually(t, "node 2 holds its copy", func() bool { return c.peek(t, "kept")[2].Found })
 		for i := range 3 {
 			e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "kept", LeaseID: req.LeaseID, TTL: earlyTTL, IfToken: l.Token})
