@@ -16,9 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/proc"
 )
 
 // etcdServer is one etcd member started by the bench: a child process on
@@ -33,9 +34,12 @@ type etcdServer struct {
 	url  string // http://127.0.0.1:<client port>
 	pid  int
 	ver  string
-	done chan struct{}
-	stop func() // idempotent; also run when the test ends
+	proc proc.Process
 }
+
+// stop ends the member (SIGTERM, then SIGKILL after 5 s); it is idempotent
+// and also runs when the test ends.
+func (s *etcdServer) stop() { s.proc.Terminate(5 * time.Second) }
 
 // errEtcdMissing says that no etcd binary is in PATH.
 var errEtcdMissing = errors.New("not installed")
@@ -86,43 +90,22 @@ func launchEtcd(tb testing.TB, bin string) (*etcdServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer logf.Close() // the child has its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, err
-	}
-	s := &etcdServer{url: curl, pid: cmd.Process.Pid, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); _ = logf.Close(); close(s.done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.done:
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-s.done
-			}
-		})
-	}
-	s.stop = stop
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.done:
-			return nil, fmt.Errorf("etcd exited at start: %s", tail(filepath.Join(dir, "etcd.log")))
-		default:
+	s := &etcdServer{url: curl}
+	ready := func() error {
+		if !healthy(curl) {
+			return errors.New("/health is not true")
 		}
-		if healthy(curl) {
-			tb.Cleanup(stop)
-			return s, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
 	}
-	stop()
-	return nil, fmt.Errorf("etcd on %s not healthy within 30s: %s", curl, tail(filepath.Join(dir, "etcd.log")))
+	if err := s.proc.Launch(cmd, ready, 50*time.Millisecond, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("etcd on %s: %w: %s", curl, err, tail(filepath.Join(dir, "etcd.log")))
+	}
+	s.pid = s.proc.Pid()
+	tb.Cleanup(s.stop)
+	return s, nil
 }
 
 func healthy(url string) bool {

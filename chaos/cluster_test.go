@@ -15,13 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
+	"github.com/lockgate/lockgate/internal/proc"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -71,11 +71,7 @@ type gateway struct {
 	args []string
 	env  []string
 	log  *logTail
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	paused bool
+	proc proc.Process
 }
 
 func (g *gateway) base() string { return "http://" + g.addr }
@@ -85,50 +81,25 @@ func (g *gateway) launch() error {
 	cmd := exec.Command(g.bin, append([]string{"-addr", g.addr}, g.args...)...)
 	cmd.Stdout, cmd.Stderr = g.log, g.log
 	cmd.Env = g.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	hc := &http.Client{Timeout: 500 * time.Millisecond}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("lockgate exited at start")
-		default:
+	ready := func() error {
+		resp, err := hc.Get(g.base() + "/readyz")
+		if err != nil {
+			return err
 		}
-		if resp, err := hc.Get(g.base() + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				g.mu.Lock()
-				g.cmd, g.done, g.paused = cmd, done, false
-				g.mu.Unlock()
-				return nil
-			}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
 	}
-	_ = cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("lockgate on %s not ready within 10s", g.addr)
+	if err := g.proc.Launch(cmd, ready, 20*time.Millisecond, 10*time.Second); err != nil {
+		return fmt.Errorf("lockgate on %s: %w", g.addr, err)
+	}
+	return nil
 }
 
-func (g *gateway) kill() {
-	g.mu.Lock()
-	cmd, done, paused := g.cmd, g.done, g.paused
-	g.cmd, g.paused = nil, false
-	g.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	<-done
-}
+func (g *gateway) kill() { g.proc.Kill() }
 
 func (g *gateway) restart() {
 	g.kill()
@@ -142,18 +113,10 @@ func (g *gateway) restart() {
 	g.t.Errorf("gateway %s did not restart: %v\n%s", g.addr, err, tail(g.log.String(), 20))
 }
 
-func (g *gateway) signal(sig syscall.Signal, paused bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd == nil {
-		return
-	}
-	_ = g.cmd.Process.Signal(sig)
-	g.paused = paused
-}
-
-func (g *gateway) pause()  { g.signal(syscall.SIGSTOP, true) }
-func (g *gateway) resume() { g.signal(syscall.SIGCONT, false) }
+// pause and resume do nothing to a gateway that is not running (a nemesis
+// may pick one that another fault killed).
+func (g *gateway) pause()  { _ = g.proc.Pause() }
+func (g *gateway) resume() { _ = g.proc.Resume() }
 
 // logTail keeps about the last max bytes written to it, so a long run's
 // gateway logs stay bounded.
@@ -254,9 +217,7 @@ func (c *cluster) healAll() {
 		}
 	}
 	for _, g := range c.gws {
-		g.mu.Lock()
-		running := g.cmd != nil
-		g.mu.Unlock()
+		running := g.proc.Running()
 		if !running {
 			g.restart()
 		} else {

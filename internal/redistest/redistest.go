@@ -19,10 +19,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/proc"
 )
 
 // Server is one redis-server child process owned by a test.
@@ -32,11 +32,7 @@ type Server struct {
 	dir  string
 	port int
 	args []string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	paused bool
+	proc proc.Process
 }
 
 // Options tune a Server. The zero value runs a server with no persistence.
@@ -90,7 +86,7 @@ func Start(t testing.TB, opts *Options) *Server {
 		}
 		s.port = port
 		if lastErr = s.launch(); lastErr == nil {
-			t.Cleanup(s.stop)
+			t.Cleanup(s.proc.Kill)
 			return s
 		}
 	}
@@ -119,46 +115,24 @@ func (s *Server) Dir() string { return s.dir }
 
 // Kill sends SIGKILL and waits for the process to exit. Killing a stopped
 // server is a no-op.
-func (s *Server) Kill() {
-	s.t.Helper()
-	s.mu.Lock()
-	cmd, done, paused := s.cmd, s.done, s.paused
-	s.cmd, s.paused = nil, false
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	<-done
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Pause freezes the process with SIGSTOP: connections stay open but nothing
 // is answered, like a node stuck in a long pause or behind a black-holing
 // network.
 func (s *Server) Pause() {
 	s.t.Helper()
-	s.signal(syscall.SIGSTOP, true)
+	if err := s.proc.Pause(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
 }
 
 // Resume continues a paused process with SIGCONT.
 func (s *Server) Resume() {
 	s.t.Helper()
-	s.signal(syscall.SIGCONT, false)
-}
-
-func (s *Server) signal(sig syscall.Signal, paused bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		s.t.Fatalf("redistest: signal %v to a server that is not running", sig)
+	if err := s.proc.Resume(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redistest: signal %v: %v", sig, err)
-	}
-	s.paused = paused
 }
 
 // Restart starts a killed server again on the same port and data directory
@@ -200,66 +174,19 @@ func (s *Server) RestartEmpty() {
 
 // Pid is the process id of the running (or paused) redis-server, or 0 when
 // it is not running. Benchmarks read its CPU time from /proc/<pid>/stat.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
+func (s *Server) Pid() int { return s.proc.Pid() }
 
 // Running reports whether the process is running (paused counts as running).
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
+// launch starts the server on its port and waits until it answers PING.
 func (s *Server) launch() error {
-	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
-	cmd := exec.Command(s.bin, args...)
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port)}, s.args...)...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
+	if err := s.proc.Launch(cmd, func() error { return ping(s.Addr()) }, 5*time.Millisecond, 5*time.Second); err != nil {
+		return fmt.Errorf("redis-server on port %d: %w: %s", s.port, err, s.logTail())
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("redis-server exited at start (port %d): %s", s.port, s.logTail())
-		default:
-		}
-		if ping(s.Addr()) == nil {
-			s.mu.Lock()
-			s.cmd, s.done, s.paused = cmd, done, false
-			s.mu.Unlock()
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("redis-server on port %d did not answer PING within 5s: %s", s.port, s.logTail())
-}
-
-func (s *Server) stop() {
-	s.mu.Lock()
-	cmd, done, paused := s.cmd, s.done, s.paused
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	<-done
+	return nil
 }
 
 func (s *Server) logTail() string {
