@@ -30,6 +30,7 @@ var (
 // launched again. The zero value is a Process that is not running. It is
 // safe for concurrent use.
 type Process struct {
+	launch sync.Mutex // held by Launch: one launch at a time
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when cmd has exited
@@ -42,6 +43,8 @@ type Process struct {
 // ready's last error) when within passes first, after killing it. A
 // Process that is running must be killed before it is launched again.
 func (p *Process) Launch(cmd *exec.Cmd, ready func() error, poll, within time.Duration) error {
+	p.launch.Lock()
+	defer p.launch.Unlock()
 	if p.Running() {
 		return errors.New("proc: launch while running")
 	}
@@ -90,8 +93,9 @@ func (p *Process) Kill() {
 	<-done
 }
 
-// Terminate sends SIGTERM and waits up to grace for the process to exit,
-// then kills it. It does nothing when no process runs.
+// Terminate sends SIGTERM (and SIGCONT, in case it is paused) and waits up
+// to grace for the process to exit, then kills it. It does nothing when no
+// process runs.
 func (p *Process) Terminate(grace time.Duration) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -99,18 +103,19 @@ func (p *Process) Terminate(grace time.Duration) {
 	if cmd == nil {
 		return
 	}
-	_ = p.Signal(syscall.SIGCONT, false)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-done:
-		p.mu.Lock()
-		if p.cmd == cmd {
-			p.cmd, p.paused = nil, false
-		}
-		p.mu.Unlock()
 	case <-time.After(grace):
-		p.Kill()
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
 	}
+	p.mu.Lock()
+	if p.cmd == cmd {
+		p.cmd, p.paused = nil, false
+	}
+	p.mu.Unlock()
 }
 
 // Signal sends sig to the process and records whether it leaves it paused

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +39,18 @@ func eventually(pid int, cond func(string) bool) bool {
 	return false
 }
 
+// sleeping is a readiness check: cmd runs sleep (a shell has set its traps
+// and exec'd it).
+func sleeping(cmd *exec.Cmd) func() error {
+	return func() error {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm")
+		if err != nil || strings.TrimSpace(string(b)) != "sleep" {
+			return errors.New("not sleeping yet")
+		}
+		return nil
+	}
+}
+
 func sleeper() *exec.Cmd { return exec.Command("sleep", "60") }
 
 func TestLaunchWaitsUntilReady(t *testing.T) {
@@ -63,17 +76,18 @@ func TestLaunchWaitsUntilReady(t *testing.T) {
 
 func TestLaunchFails(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		cmd   *exec.Cmd
-		ready func() error
-		want  error
+		name   string
+		cmd    *exec.Cmd
+		ready  func() error
+		within time.Duration
+		want   error
 	}{
-		{"exits at start", exec.Command("sh", "-c", "exit 3"), func() error { return errors.New("never") }, proc.ErrExited},
-		{"never ready", sleeper(), func() error { return errors.New("never") }, proc.ErrNotReady},
+		{"exits at start", exec.Command("sh", "-c", "exit 3"), func() error { return errors.New("never") }, time.Minute, proc.ErrExited},
+		{"never ready", sleeper(), func() error { return errors.New("never") }, 300 * time.Millisecond, proc.ErrNotReady},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p proc.Process
-			err := p.Launch(tc.cmd, tc.ready, 5*time.Millisecond, 300*time.Millisecond)
+			err := p.Launch(tc.cmd, tc.ready, 5*time.Millisecond, tc.within)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -90,54 +104,68 @@ func TestLaunchFails(t *testing.T) {
 	}
 }
 
+// signaled returns the signal that ended cmd, or 0.
+func signaled(cmd *exec.Cmd) syscall.Signal {
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
+}
+
 func TestPauseResumeKill(t *testing.T) {
+	// ignoresTerm is a child that SIGTERM does not end.
+	ignoresTerm := func() *exec.Cmd { return exec.Command("sh", "-c", "trap '' TERM; exec sleep 60") }
+	// pause stops the child and waits until it is stopped.
+	pause := func(t *testing.T, p *proc.Process) {
+		t.Helper()
+		if err := p.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		if pid := p.Pid(); !eventually(pid, func(s string) bool { return s == "T" }) {
+			t.Fatalf("paused process in state %q, want T (stopped)", state(pid))
+		}
+	}
 	for _, tc := range []struct {
 		name string
-		stop func(p *proc.Process)
+		cmd  func() *exec.Cmd
+		stop func(t *testing.T, p *proc.Process)
+		// The signal that must end the child, and the least and most time
+		// stop may take.
+		want     syscall.Signal
+		min, max time.Duration
 	}{
-		{"kill", func(p *proc.Process) { p.Kill() }},
-		{"kill when paused", func(p *proc.Process) {
-			if err := p.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			p.Kill()
-		}},
-		{"terminate", func(p *proc.Process) { p.Terminate(5 * time.Second) }},
-		{"terminate when paused", func(p *proc.Process) {
-			if err := p.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			p.Terminate(5 * time.Second)
-		}},
-		{"terminate one that ignores SIGTERM", func(p *proc.Process) { p.Terminate(100 * time.Millisecond) }},
+		{"kill", sleeper, func(_ *testing.T, p *proc.Process) { p.Kill() }, syscall.SIGKILL, 0, 5 * time.Second},
+		{"kill when paused", sleeper, func(t *testing.T, p *proc.Process) { pause(t, p); p.Kill() }, syscall.SIGKILL, 0, 5 * time.Second},
+		{"terminate", sleeper, func(_ *testing.T, p *proc.Process) { p.Terminate(10 * time.Second) }, syscall.SIGTERM, 0, 5 * time.Second},
+		// Paused, SIGTERM would wait for SIGCONT: it must end well before
+		// the grace, by SIGTERM.
+		{"terminate when paused", sleeper, func(t *testing.T, p *proc.Process) { pause(t, p); p.Terminate(10 * time.Second) }, syscall.SIGTERM, 0, 5 * time.Second},
+		{"terminate one that ignores SIGTERM", ignoresTerm, func(_ *testing.T, p *proc.Process) { p.Terminate(200 * time.Millisecond) }, syscall.SIGKILL, 200 * time.Millisecond, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p proc.Process
-			cmd := sleeper()
-			if strings.Contains(tc.name, "ignores") {
-				cmd = exec.Command("sh", "-c", "trap '' TERM; while :; do sleep 1; done")
-			}
-			if err := p.Launch(cmd, ok, time.Millisecond, 5*time.Second); err != nil {
+			cmd := tc.cmd()
+			if err := p.Launch(cmd, sleeping(cmd), time.Millisecond, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			pid, done := p.Pid(), p.Done()
-			if err := p.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			if !eventually(pid, func(s string) bool { return s == "T" }) {
-				t.Fatalf("paused process in state %q, want T (stopped)", state(pid))
-			}
+			pause(t, &p)
 			if err := p.Resume(); err != nil {
 				t.Fatal(err)
 			}
 			if !eventually(pid, func(s string) bool { return s != "T" && s != "" }) {
 				t.Fatalf("resumed process in state %q", state(pid))
 			}
-			tc.stop(&p)
+			began := time.Now()
+			tc.stop(t, &p)
+			took := time.Since(began)
 			select {
 			case <-done:
 			default:
 				t.Fatal("stop returned before the process exited")
+			}
+			if sig := signaled(cmd); sig != tc.want || took < tc.min || took > tc.max {
+				t.Fatalf("ended by signal %v after %v; want %v within %v to %v", sig, took, tc.want, tc.min, tc.max)
 			}
 			if p.Running() || state(pid) != "" {
 				t.Fatalf("after stop: running %v, state %q", p.Running(), state(pid))
