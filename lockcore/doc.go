@@ -156,7 +156,15 @@
 // still looks new, so a replica can find some nodes initialized and the
 // others marked. It leaves a marked node alone for bootGrace (20 s, on the
 // node's clock; see guard.go) before it quarantines it as one that lost its
-// data. An empty node without the mark is quarantined at once: the mark
+// data, rather than initialize it from the other nodes, even though a node
+// that was only ever marked holds no lock: a node restored from a copy of
+// its data taken while it was marked carries the mark too, and may have
+// held locks since that the copy lost. The two look the same, and the
+// quarantine is safe for both. The cost: a gateway that stops between its
+// first initialization and its last leaves the nodes it did not reach out
+// of service for bootGrace and a quarantine (MaxTTL and a margin), and the
+// cluster with them, if they are a majority. An empty node without the
+// mark is quarantined at once: the mark
 // goes with the node's data, so a node that restarted empty has none, and a
 // quarantined node is initialized, so it can never make the cluster look
 // new. Waiting is safe: a node without counters refuses every lock
