@@ -100,16 +100,8 @@ func (wc *waitCluster) parked(t testing.TB, n int) {
 // it became the head. It fails t after 10 s of real time.
 func (wc *waitCluster) headAsleep(t testing.TB, deadline time.Time) {
 	t.Helper()
-	end := time.Now().Add(10 * time.Second)
-	for {
-		s := wc.clock.Sleepers()
-		if len(s) == 1 && s[0].Before(deadline) {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("asleep until %v after 10s; want one head, until before %v", s, deadline)
-		}
-		time.Sleep(time.Millisecond)
+	if !wc.clock.WaitFor(func(s []time.Time) bool { return len(s) == 1 && s[0].Before(deadline) }, 10*time.Second) {
+		t.Fatalf("asleep until %v after 10s; want one head, until before %v", wc.clock.Sleepers(), deadline)
 	}
 	wc.settle()
 }

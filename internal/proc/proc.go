@@ -15,14 +15,14 @@ import (
 	"time"
 )
 
-// Errors of Launch and Signal.
+// Errors of Launch, Pause and Resume.
 var (
 	// ErrExited: the process exited before its readiness check passed.
 	ErrExited = errors.New("proc: exited at start")
 	// ErrNotReady: the readiness check did not pass in time; the process
 	// was killed.
 	ErrNotReady = errors.New("proc: not ready in time")
-	// ErrNotRunning: there is no process to signal.
+	// ErrNotRunning: there is no process to pause or resume.
 	ErrNotRunning = errors.New("proc: not running")
 )
 
@@ -118,10 +118,10 @@ func (p *Process) Terminate(grace time.Duration) {
 	p.mu.Unlock()
 }
 
-// Signal sends sig to the process and records whether it leaves it paused
+// signal sends sig to the process and records whether it leaves it paused
 // (SIGSTOP) or not (SIGCONT), which Kill needs to know. It fails with
 // ErrNotRunning when no process runs.
-func (p *Process) Signal(sig syscall.Signal, paused bool) error {
+func (p *Process) signal(sig syscall.Signal, paused bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
@@ -136,10 +136,10 @@ func (p *Process) Signal(sig syscall.Signal, paused bool) error {
 
 // Pause freezes the process with SIGSTOP: its sockets stay open, but it
 // answers nothing.
-func (p *Process) Pause() error { return p.Signal(syscall.SIGSTOP, true) }
+func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP, true) }
 
 // Resume continues a paused process with SIGCONT.
-func (p *Process) Resume() error { return p.Signal(syscall.SIGCONT, false) }
+func (p *Process) Resume() error { return p.signal(syscall.SIGCONT, false) }
 
 // Pid is the process id of the running (or paused) process, or 0.
 func (p *Process) Pid() int {

@@ -114,13 +114,21 @@ func (c *Clock) TimersSet() int {
 // WaitSleepers waits until exactly n timers are pending, or until timeout
 // (real time) passes, and reports whether it saw n.
 func (c *Clock) WaitSleepers(n int, timeout time.Duration) bool {
+	return c.WaitFor(func(s []time.Time) bool { return len(s) == n }, timeout)
+}
+
+// WaitFor waits until cond holds of the pending timers' times (as
+// Sleepers returns them), or until timeout (real time) passes, and reports
+// whether it saw cond hold. cond is asked again whenever a timer is set,
+// stopped or fired.
+func (c *Clock) WaitFor(cond func(sleepers []time.Time) bool, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		c.mu.Lock()
-		pending, change := len(c.timers), c.change
+		change := c.change
 		c.mu.Unlock()
-		if pending == n {
+		if cond(c.Sleepers()) {
 			return true
 		}
 		select {
@@ -131,7 +139,7 @@ func (c *Clock) WaitSleepers(n int, timeout time.Duration) bool {
 	}
 }
 
-// changed wakes WaitSleepers; c.mu must be held.
+// changed wakes WaitFor; c.mu must be held.
 func (c *Clock) changed() {
 	close(c.change)
 	c.change = make(chan struct{})

@@ -67,3 +67,20 @@ func TestClockFiresTimersOnlyWhenAdvancedToThem(t *testing.T) {
 		t.Fatalf("Now = %v, want start + 20ms", c.Now())
 	}
 }
+
+func TestClockWaitForSeesTimersSetLater(t *testing.T) {
+	start := time.Unix(1000, 0)
+	c := nodetest.NewClock(start)
+	at := start.Add(time.Second)
+	later := func(s []time.Time) bool { return len(s) == 1 && s[0].Equal(at) }
+	if c.WaitFor(later, 10*time.Millisecond) {
+		t.Fatal("WaitFor saw a timer that is not set")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.AfterFunc(time.Second, func() {})
+	}()
+	if !c.WaitFor(later, 5*time.Second) {
+		t.Fatalf("WaitFor did not see the timer set at %v: %v", at, c.Sleepers())
+	}
+}
