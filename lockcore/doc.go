@@ -29,13 +29,16 @@
 // releases, fencing write-backs and inspections that a majority of the
 // nodes heard so far grant or confirm do not wait for the others beyond a
 // grace period as long as the call has taken (healthy nodes answer within
-// it), so a slow or hung minority does not slow them. Failures wait for
-// every node (up to NodeTimeout), since the kind of failure depends on
-// every answer; so does an extend or release that a node refused for
-// another token (If-Match), and an acquisition in which a node says the
-// lease re-entered, unless the lease is known to have held nothing before
-// (see mayHold). The calls still under way run on, detached from the
-// caller, and their answers are acted on when they come:
+// it), so a slow or hung minority does not slow them. A node that missed a
+// grace is not waited for at all until it answers a call in time again
+// (see pace in round.go), so a node that stays slow costs one grace, not
+// one per call. Failures wait for every node (up to NodeTimeout), since
+// the kind of failure depends on every answer; so does an extend or
+// release that a node refused for another token (If-Match), and an
+// acquisition in which a node says the lease re-entered, unless the lease
+// is known to have held nothing before (see mayHold). The calls still
+// under way run on, detached from the caller, and their answers are acted
+// on when they come:
 //   - an acquisition's or hand-off's late grant with a lower token, or a
 //     node that did not answer, is raised to the token given (as in step
 //     3); for a lease id the gateway minted, a late grant with a higher

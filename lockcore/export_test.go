@@ -6,3 +6,34 @@ package lockcore
 // round.until): under load a healthy node can take longer than that, and
 // its part may not be done yet when the call returns.
 func Settle(r *Redlock) { r.bg.wait() }
+
+// Graces returns how many of r's rounds have waited a grace for a node
+// still to answer (see round.until).
+func Graces(r *Redlock) int64 { return r.pace.graces.Load() }
+
+// Behind returns, by node, whether r's rounds hold the node behind (see
+// pace).
+func Behind(r *Redlock) []bool {
+	out := make([]bool, len(r.pace.nodes))
+	for i := range out {
+		out[i] = r.pace.behind(i)
+	}
+	return out
+}
+
+// Missed returns, by node, how many graces in a row it missed (at most 3).
+func Missed(r *Redlock) []int {
+	out := make([]int, len(r.pace.nodes))
+	for i := range out {
+		out[i] = int(r.pace.nodes[i].Load() & 3)
+	}
+	return out
+}
+
+// Pending returns how many of r's decided rounds still wait for late
+// answers (see round.rest).
+func Pending(r *Redlock) int {
+	r.bg.mu.Lock()
+	defer r.bg.mu.Unlock()
+	return r.bg.n
+}

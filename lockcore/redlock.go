@@ -128,6 +128,7 @@ type Redlock struct {
 	guard   *guard
 	lates   lateLeases // acquisitions answered with calls still under way
 	bg      background // rounds whose late answers are being acted on
+	pace    pace       // which nodes the rounds' graces wait for
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -155,6 +156,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	r.waits = newWaitRoom(r)
 	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
+	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
 	return r, nil
 }
 
@@ -420,6 +422,7 @@ type nodeResult struct {
 	i     int
 	reply NodeReply
 	err   error
+	at    time.Time // when the answer came (see pace)
 }
 
 // tally counts node results by outcome.

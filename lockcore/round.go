@@ -29,12 +29,19 @@ type round struct {
 	heard   []bool
 	n       int // answers heard
 	began   time.Time
-	ch      chan nodeResult
-	decided atomic.Bool
-	cancel  context.CancelFunc
-	bg      *background // counts rest's goroutine
-	stop    func() bool // stops the link from the caller's context
-	after   func()      // if set, called once rest has passed on every answer
+	// graceEnd is when an answer stops being in time (see pace); zero
+	// until a quorum of nodes has answered or the round is decided.
+	graceEnd time.Time
+	pace     *pace
+	seq      uint64 // the round's number in pace
+	quorum   int
+	missed   []bool // by node: judged late when the grace ran out
+	ch       chan nodeResult
+	decided  atomic.Bool
+	cancel   context.CancelFunc
+	bg       *background // counts rest's goroutine
+	stop     func() bool // stops the link from the caller's context
+	after    func()      // if set, called once rest has passed on every answer
 }
 
 // start begins a round: fn is called on every node. Before the first call
@@ -42,7 +49,8 @@ type round struct {
 // that fails, the round is complete at once, every node answering the
 // error.
 func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) *round {
-	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now(), bg: &r.bg}
+	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now(), bg: &r.bg,
+		pace: &r.pace, seq: r.pace.rounds.Add(1), quorum: r.quorum}
 	if err := r.guard.ready(ctx); err != nil {
 		for i, n := range r.nodes {
 			rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
@@ -80,7 +88,7 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 				}
 				err = &NodeError{Node: n.String(), Err: err}
 			}
-			rd.ch <- nodeResult{i: i, reply: rep, err: err}
+			rd.ch <- nodeResult{i: i, reply: rep, err: err, at: time.Now()}
 		}()
 	}
 	return rd
@@ -90,11 +98,13 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 // every node has answered. done sees unheard nodes as errUnheard; nil
 // waits for every node.
 //
-// Once done holds, the nodes still to answer get a grace period as long as
-// the round has taken so far (at least graceMin): healthy nodes answer
-// within about the same time, and a round that hears every node needs no
-// late handling (see Redlock.lateAcquire). Only a node slower than that is
-// left behind.
+// Once done holds, the nodes still to answer get a grace period: until
+// the round has taken twice as long as it had when a quorum of nodes had
+// answered (at least graceMin longer). Healthy nodes answer within about
+// the same time, and a round that hears every node needs no late handling
+// (see Redlock.lateAcquire). Only a node slower than that is left behind.
+// A node that is behind (see pace) gets no grace: a node that stays slow
+// costs a grace only until it has missed behindAfter of them.
 //
 // Answering with no grace at all was measured on 2026-11-25 (bench
 // TestThroughput, lockgate-3 and redsync-3, 2 rounds, one run after the
@@ -107,23 +117,141 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 // attempt often found the third node not yet granted to the holder (a
 // split vote and a pause), and a release left a copy on a node that went
 // down right after. Each is correct by the rules, but a user sees them.
+// A node that stays slow brings them with every call whether the rounds
+// wait a grace for it or not; waiting only made every call slower (see
+// pace for what was measured).
 func (rd *round) until(done func(rd *round) bool) {
 	if !answerAtQuorum {
 		done = nil
 	}
 	for rd.n < len(rd.results) && (done == nil || !done(rd)) {
-		rd.read(<-rd.ch)
+		rd.hear(<-rd.ch, done != nil)
 	}
 	if rd.complete() {
 		return
 	}
-	grace := time.NewTimer(max(time.Since(rd.began), graceMin))
+	if rd.graceEnd.IsZero() { // decided before a quorum answered
+		now := time.Now()
+		rd.graceEnd = now.Add(max(now.Sub(rd.began), graceMin))
+	}
+	if !rd.waiting() {
+		return // every node still to answer is behind
+	}
+	rd.pace.graces.Add(1)
+	grace := time.NewTimer(time.Until(rd.graceEnd))
 	defer grace.Stop()
-	for rd.n < len(rd.results) {
+	for rd.waiting() {
 		select {
 		case res := <-rd.ch:
-			rd.read(res)
+			rd.hear(res, true)
 		case <-grace.C:
+			rd.missed = make([]bool, len(rd.heard))
+			for i, heard := range rd.heard {
+				if !heard {
+					rd.missed[i] = true
+					rd.pace.judge(i, rd.seq, false)
+				}
+			}
+			return
+		}
+	}
+}
+
+// hear records an answer. Of a round that may be decided early (timed), it
+// also judges whether the node answered in time: the answer that makes a
+// quorum sets when the grace ends.
+func (rd *round) hear(res nodeResult, timed bool) {
+	rd.read(res)
+	if !timed {
+		return
+	}
+	if rd.n == rd.quorum {
+		rd.graceEnd = res.at.Add(max(res.at.Sub(rd.began), graceMin))
+	}
+	rd.pace.judge(res.i, rd.seq, rd.graceEnd.IsZero() || !res.at.After(rd.graceEnd))
+}
+
+// judgeLate judges an answer that came after the round was decided. A node
+// judged when the grace ran out is judged again only if its answer had come
+// by then (it was waiting to be read).
+func (rd *round) judgeLate(res nodeResult) {
+	if rd.graceEnd.IsZero() { // not decided early: nothing to be in time for
+		return
+	}
+	if inTime := !res.at.After(rd.graceEnd); inTime || rd.missed == nil || !rd.missed[res.i] {
+		rd.pace.judge(res.i, rd.seq, inTime)
+	}
+}
+
+// waiting reports whether a node the grace waits for has not answered yet:
+// one that is not behind.
+func (rd *round) waiting() bool {
+	for i, heard := range rd.heard {
+		if !heard && !rd.pace.behind(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// pace is what a Redlock's rounds remember of each node's speed, so that a
+// node that stays slow does not slow every call by a grace (see until).
+//
+// A round that may be decided early judges each answer: it is in time if
+// it came before a quorum had answered, or by the end of the grace (see
+// until), whether the round waited for it or had already been decided; a
+// node that has not answered when the round's grace runs out missed it. A
+// node is behind once it has missed behindAfter graces in a row, until it
+// answers a round in time. Rounds that hear every node (fanout: health
+// checks) judge nothing. Rounds are numbered when they start, and an
+// answer to a round older than the newest one already judged for the node
+// is not judged, so a node's state follows its newest calls.
+//
+// Only speed is remembered, never an answer: a node that is behind is
+// asked as always, counts for the quorum as soon as it answers, and its
+// late answers are acted on as those of any node that missed a grace. So
+// no rule of the package doc depends on pace.
+//
+// Measured on 2026-11-26 (a scratch run of the throughput bench's
+// uncontended case, C = 16, the third server's replies 30 ms late, 5 s
+// each, lockgate-3 and lockgate-3-slow alternating twice, this code and the
+// code before it one after the other): with a grace for every call the
+// slow cluster kept 0.56 and 0.63 of the healthy one's pairs/s, with pace
+// 0.93 and 0.91; the healthy figures were the same with and without (3,680
+// and 3,515 pairs/s against 3,501 and 3,281). See BENCHMARKS.md for the
+// full bench.
+type pace struct {
+	// nodes holds, by node, the number of the newest round judged for it
+	// (shifted left by 2) and how many graces in a row it missed (the low
+	// 2 bits, at most 3).
+	nodes  []atomic.Uint64
+	rounds atomic.Uint64 // the last round number given
+	graces atomic.Int64  // rounds that waited a grace, for tests
+}
+
+// behindAfter is how many graces in a row a node must miss to be behind:
+// one miss may be a healthy node held up for a moment on a busy machine.
+const behindAfter = 2
+
+// behind reports whether node i is behind.
+func (p *pace) behind(i int) bool { return p.nodes[i].Load()&3 >= behindAfter }
+
+// judge records that node i answered round seq in time or not, unless a
+// newer round was judged for it already.
+func (p *pace) judge(i int, seq uint64, inTime bool) {
+	for {
+		old := p.nodes[i].Load()
+		if old>>2 > seq {
+			return
+		}
+		misses := old & 3
+		switch {
+		case inTime:
+			misses = 0
+		case misses < 3:
+			misses++
+		}
+		if p.nodes[i].CompareAndSwap(old, seq<<2|misses) {
 			return
 		}
 	}
@@ -189,6 +317,7 @@ func (rd *round) rest(late func(nodeResult)) {
 		defer rd.bg.done()
 		for range pending {
 			res := <-rd.ch
+			rd.judgeLate(res)
 			if late != nil {
 				late(res)
 			}
