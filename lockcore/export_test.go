@@ -11,15 +11,8 @@ func Settle(r *Redlock) { r.bg.wait() }
 // still to answer (see round.until).
 func Graces(r *Redlock) int64 { return r.pace.graces.Load() }
 
-// Behind returns, by node, whether r's rounds hold the node behind (see
-// pace).
-func Behind(r *Redlock) []bool {
-	out := make([]bool, len(r.pace.nodes))
-	for i := range out {
-		out[i] = r.pace.behind(i)
-	}
-	return out
-}
+// Behind returns r.Behind().
+func Behind(r *Redlock) []bool { return r.Behind() }
 
 // Missed returns, by node, how many graces in a row it missed (at most 3).
 func Missed(r *Redlock) []int {

@@ -46,6 +46,19 @@ func (r *Redlock) quorumFailed(err error) {
 	}
 }
 
+// Behind reports, by node in the order given to New, whether this Redlock
+// holds the node behind at this moment: the node missed the grace of two
+// calls in a row, and calls that a quorum decides do not wait for it until
+// it answers one in time again (see the package doc). It changes no
+// answer; it is for metrics.
+func (r *Redlock) Behind() []bool {
+	out := make([]bool, len(r.pace.nodes))
+	for i := range out {
+		out[i] = r.pace.behind(i)
+	}
+	return out
+}
+
 // Waiting returns the number of Acquire calls waiting for a held lock on this
 // Redlock at this moment.
 func (r *Redlock) Waiting() int {

@@ -152,6 +152,25 @@ func (m *Metrics) Waiters(waiting func() int) {
 	}, func() float64 { return float64(waiting()) }))
 }
 
+// Behind exports, as the gauge lockgate_node_behind, whether each node is
+// behind (see (*lockcore.Redlock).Behind): behind is read at every scrape
+// and must return one value per name, in the same order. Call it at most
+// once.
+func (m *Metrics) Behind(names []string, behind func() []bool) {
+	for i, n := range names {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "lockgate_node_behind",
+			Help:        "1 while a lock node is behind: it missed the grace of two calls in a row, and calls that a quorum of the other nodes decides do not wait for it until it answers one in time again.",
+			ConstLabels: prometheus.Labels{"node": n},
+		}, func() float64 {
+			if b := behind(); i < len(b) && b[i] {
+				return 1
+			}
+			return 0
+		}))
+	}
+}
+
 // Nodes exports the configured node count and quorum as the gauges
 // lockgate_nodes and lockgate_quorum, and creates the per-node series at 0 so
 // that a node that never fails still has an error counter to alert on.

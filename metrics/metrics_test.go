@@ -140,11 +140,14 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 	m := New()
 	waiting := 0
 	m.Waiters(func() int { return waiting })
+	behind := []bool{false, false}
+	m.Behind([]string{"a:1", "b:2"}, func() []bool { return behind })
 	m.QuorumFailed("acquire")
 	m.QuorumFailed("acquire")
 	m.QuorumFailed("check")
 	m.Fenced()
 	waiting = 7
+	behind[1] = true
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -155,6 +158,8 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 		{"lockgate_quorum_failures_total", []string{"op", "fence"}, 0},
 		{"lockgate_fence_writebacks_total", nil, 1},
 		{"lockgate_waiters", nil, 7},
+		{"lockgate_node_behind", []string{"node", "a:1"}, 0},
+		{"lockgate_node_behind", []string{"node", "b:2"}, 1},
 	} {
 		if v := value(t, m, c.name, c.labels...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)

@@ -290,6 +290,11 @@ func TestMetricsFollowAScriptedSequence(t *testing.T) {
 		t.Errorf("lockgate_waiters %v after the waiter left", v)
 	}
 	for i, n := range nodes {
+		if v, ok := before[`lockgate_node_behind{node="`+n.Addr()+`"}`]; !ok || v != 0 {
+			t.Errorf("node %d: lockgate_node_behind %v (exported %v) before the test, want 0", i, v, ok)
+		}
+	}
+	for i, n := range nodes {
 		calls := delta(`lockgate_node_call_duration_seconds_count{node="` + n.Addr() + `",op="acquire"}`)
 		if calls < 5 {
 			t.Errorf("node %d: %v acquire calls measured, want at least 5", i, calls)

@@ -80,6 +80,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		warnSilentNodes(ctx, nodes, locker.Quorum(), log)
 	}
 	m.Waiters(locker.Waiting)
+	m.Behind(names, locker.Behind)
 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
