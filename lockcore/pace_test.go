@@ -201,4 +201,15 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 		t.Fatalf("split: nodes hold %+v; want nodes 0 and 2 to hold %s", h, l.ID)
 	}
 	missed(0, 0, 1)
+
+	// A node that fails at once does not count towards the quorum whose
+	// time sets the grace: with node 0 down, the round needs node 2, which
+	// answers 20 ms later, and is in time.
+	c.down(true, 0)
+	open2 = c.gate(2)
+	go func() { time.Sleep(20 * time.Millisecond); open2() }()
+	acquire()
+	c.settle()
+	missed(0, 0, 0)
+	c.down(false, 0)
 }

@@ -35,6 +35,7 @@ type round struct {
 	pace     *pace
 	seq      uint64 // the round's number in pace
 	quorum   int
+	answered int    // answers heard that are not errors
 	missed   []bool // by node: judged late when the grace ran out
 	ch       chan nodeResult
 	decided  atomic.Bool
@@ -100,9 +101,10 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 //
 // Once done holds, the nodes still to answer get a grace period: until
 // the round has taken twice as long as it had when a quorum of nodes had
-// answered (at least graceMin longer). Healthy nodes answer within about
-// the same time, and a round that hears every node needs no late handling
-// (see Redlock.lateAcquire). Only a node slower than that is left behind.
+// answered without an error (at least graceMin longer). Healthy nodes
+// answer within about the same time, and a round that hears every node
+// needs no late handling (see Redlock.lateAcquire). Only a node slower
+// than that is left behind.
 // A node that is behind (see pace) gets no grace: a node that stays slow
 // costs a grace only until it has missed behindAfter of them.
 //
@@ -159,14 +161,20 @@ func (rd *round) until(done func(rd *round) bool) {
 
 // hear records an answer. Of a round that may be decided early (timed), it
 // also judges whether the node answered in time: the answer that makes a
-// quorum sets when the grace ends.
+// quorum of answers without an error sets when the grace ends. An error
+// does not count towards it: a node that fails at once (down, refusing
+// connections) would otherwise end the grace early, and the node that the
+// round then needs for its quorum would look slow.
 func (rd *round) hear(res nodeResult, timed bool) {
 	rd.read(res)
 	if !timed {
 		return
 	}
-	if rd.n == rd.quorum {
-		rd.graceEnd = res.at.Add(max(res.at.Sub(rd.began), graceMin))
+	if res.err == nil {
+		rd.answered++
+		if rd.answered == rd.quorum && rd.graceEnd.IsZero() {
+			rd.graceEnd = res.at.Add(max(res.at.Sub(rd.began), graceMin))
+		}
 	}
 	rd.pace.judge(res.i, rd.seq, rd.graceEnd.IsZero() || !res.at.After(rd.graceEnd))
 }
@@ -175,7 +183,7 @@ func (rd *round) hear(res nodeResult, timed bool) {
 // judged when the grace ran out is judged again only if its answer had come
 // by then (it was waiting to be read).
 func (rd *round) judgeLate(res nodeResult) {
-	if rd.graceEnd.IsZero() { // not decided early: nothing to be in time for
+	if rd.graceEnd.IsZero() { // rest runs for decided rounds only, whose until set it
 		return
 	}
 	if inTime := !res.at.After(rd.graceEnd); inTime || rd.missed == nil || !rd.missed[res.i] {
@@ -198,12 +206,14 @@ func (rd *round) waiting() bool {
 // node that stays slow does not slow every call by a grace (see until).
 //
 // A round that may be decided early judges each answer: it is in time if
-// it came before a quorum had answered, or by the end of the grace (see
+// it came before a quorum had answered without an error, or by the end of the grace (see
 // until), whether the round waited for it or had already been decided; a
-// node that has not answered when the round's grace runs out missed it. A
-// node is behind once it has missed behindAfter graces in a row, until it
-// answers a round in time. Rounds that hear every node (fanout: health
-// checks) judge nothing. Rounds are numbered when they start, and an
+// node that has not answered when the round's grace runs out missed it.
+// Rounds that wait for every node because they fail or the answers
+// disagree judge their answers the same way, by the grace they would have
+// given. A node is behind once it has missed behindAfter graces in a row,
+// until it answers a round in time. Rounds that hear every node by design
+// (fanout: health checks) judge nothing. Rounds are numbered when they start, and an
 // answer to a round older than the newest one already judged for the node
 // is not judged, so a node's state follows its newest calls.
 //
@@ -217,8 +227,8 @@ func (rd *round) waiting() bool {
 // each, lockgate-3 and lockgate-3-slow alternating twice, this code and the
 // code before it one after the other): with a grace for every call the
 // slow cluster kept 0.56 and 0.63 of the healthy one's pairs/s, with pace
-// 0.93 and 0.91; the healthy figures were the same with and without (3,680
-// and 3,515 pairs/s against 3,501 and 3,281). See BENCHMARKS.md for the
+// 0.93 and 0.91; the healthy figures were within the machine's noise
+// (3,680 and 3,515 pairs/s with pace, 3,501 and 3,281 without). See BENCHMARKS.md for the
 // full bench.
 type pace struct {
 	// nodes holds, by node, the number of the newest round judged for it

@@ -172,6 +172,7 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 func TestHandlerServesTheTextFormat(t *testing.T) {
 	m := New()
 	m.Waiters(func() int { return 0 })
+	m.Behind([]string{"a:1"}, func() []bool { return []bool{true} })
 	m.Request("acquire", "acquired", 201, time.Millisecond)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -183,6 +184,7 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 		`lockgate_requests_total{op="acquire",outcome="acquired"} 1`,
 		"# TYPE lockgate_request_duration_seconds histogram",
 		"lockgate_waiters 0",
+		`lockgate_node_behind{node="a:1"} 1`,
 		"go_goroutines",
 		"process_cpu_seconds_total",
 	} {
