@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,12 +152,16 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	open0()
 	c.settle()
 	missed(2, 0, 0)
-	held := make(chan struct{})
-	c.nodes[0].SetGate(held) // the next call waits for held
+	held, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.nodes[0].SetBeforeAcquire(func(lockcore.NodeAcquire) { // the next call waits for held
+		once.Do(func() { close(entered); <-held })
+	})
 	began = time.Now()
 	acquire()
 	returned = time.Now()
-	c.nodes[0].SetGate(nil) // later calls pass; the held one waits on
+	<-entered                        // node 0's call of that round is held
+	c.nodes[0].SetBeforeAcquire(nil) // later calls pass; the held one waits on
 	for try := 0; lockcore.Missed(c.rl)[0] != 0; try++ {
 		if try == 10 {
 			t.Fatal("node 0 answered 10 rounds at once, and is still behind")

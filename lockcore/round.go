@@ -101,7 +101,8 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 //
 // Once done holds, the nodes still to answer get a grace period: until
 // the round has taken twice as long as it had when a quorum of nodes had
-// answered without an error (at least graceMin longer). Healthy nodes
+// answered without an error, or when it was decided if that is later (at
+// least graceMin longer). Healthy nodes
 // answer within about the same time, and a round that hears every node
 // needs no late handling (see Redlock.lateAcquire). Only a node slower
 // than that is left behind.
@@ -132,8 +133,10 @@ func (rd *round) until(done func(rd *round) bool) {
 	if rd.complete() {
 		return
 	}
-	if rd.graceEnd.IsZero() { // decided before a quorum answered
-		now := time.Now()
+	// Nor does the grace end before the round has taken twice as long as
+	// it had when it was decided: on a busy machine the caller may notice
+	// the quorum's answer well after it came.
+	if now := time.Now(); now.Add(max(now.Sub(rd.began), graceMin)).After(rd.graceEnd) {
 		rd.graceEnd = now.Add(max(now.Sub(rd.began), graceMin))
 	}
 	if !rd.waiting() {
