@@ -35,8 +35,8 @@ type round struct {
 	pace     *pace
 	seq      uint64 // the round's number in pace
 	quorum   int
-	answered int    // answers heard that are not errors
-	missed   []bool // by node: judged late when the grace ran out
+	answered int  // answers heard that are not errors
+	ranOut   bool // the grace ran out: every node unheard then was judged late
 	ch       chan nodeResult
 	decided  atomic.Bool
 	cancel   context.CancelFunc
@@ -136,8 +136,8 @@ func (rd *round) until(done func(rd *round) bool) {
 	// Nor does the grace end before the round has taken twice as long as
 	// it had when it was decided: on a busy machine the caller may notice
 	// the quorum's answer well after it came.
-	if now := time.Now(); now.Add(max(now.Sub(rd.began), graceMin)).After(rd.graceEnd) {
-		rd.graceEnd = now.Add(max(now.Sub(rd.began), graceMin))
+	if end := rd.graceFrom(time.Now()); end.After(rd.graceEnd) {
+		rd.graceEnd = end
 	}
 	if !rd.waiting() {
 		return // every node still to answer is behind
@@ -150,10 +150,9 @@ func (rd *round) until(done func(rd *round) bool) {
 		case res := <-rd.ch:
 			rd.hear(res, true)
 		case <-grace.C:
-			rd.missed = make([]bool, len(rd.heard))
+			rd.ranOut = true
 			for i, heard := range rd.heard {
 				if !heard {
-					rd.missed[i] = true
 					rd.pace.judge(i, rd.seq, false)
 				}
 			}
@@ -176,20 +175,25 @@ func (rd *round) hear(res nodeResult, timed bool) {
 	if res.err == nil {
 		rd.answered++
 		if rd.answered == rd.quorum && rd.graceEnd.IsZero() {
-			rd.graceEnd = res.at.Add(max(res.at.Sub(rd.began), graceMin))
+			rd.graceEnd = rd.graceFrom(res.at)
 		}
 	}
 	rd.pace.judge(res.i, rd.seq, rd.graceEnd.IsZero() || !res.at.After(rd.graceEnd))
 }
 
-// judgeLate judges an answer that came after the round was decided. A node
-// judged when the grace ran out is judged again only if its answer had come
-// by then (it was waiting to be read).
+// graceFrom returns when a grace that begins at t ends: once the round has
+// taken twice as long as it had at t, and at least graceMin after t.
+func (rd *round) graceFrom(t time.Time) time.Time { return t.Add(max(t.Sub(rd.began), graceMin)) }
+
+// judgeLate judges an answer that came after the round was decided. Late
+// answers come from nodes unheard at the decision; if the grace ran out,
+// those were judged late then, and are judged again only if the answer had
+// come by then (it was waiting to be read).
 func (rd *round) judgeLate(res nodeResult) {
 	if rd.graceEnd.IsZero() { // rest runs for decided rounds only, whose until set it
 		return
 	}
-	if inTime := !res.at.After(rd.graceEnd); inTime || rd.missed == nil || !rd.missed[res.i] {
+	if inTime := !res.at.After(rd.graceEnd); inTime || !rd.ranOut {
 		rd.pace.judge(res.i, rd.seq, inTime)
 	}
 }
