@@ -129,6 +129,9 @@ type Redlock struct {
 	lates   lateLeases // acquisitions answered with calls still under way
 	bg      background // rounds whose late answers are being acted on
 	pace    pace       // which nodes the rounds' graces wait for
+	// unheard holds, by node, the error a round's result holds until the
+	// node answers (errUnheard): made once, shared by every round.
+	unheard []error
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -152,6 +155,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 		if _, ok := n.(HandOffer); !ok {
 			r.handOff = false
 		}
+		r.unheard = append(r.unheard, &NodeError{Node: n.String(), Err: errUnheard})
 	}
 	r.waits = newWaitRoom(r)
 	r.guard = newGuard(r)
@@ -436,7 +440,7 @@ type tally struct {
 }
 
 func count(results []nodeResult, okStatus ...NodeStatus) tally {
-	var t tally
+	t := tally{busy: make([]time.Duration, 0, len(results))}
 	for _, res := range results {
 		switch {
 		case res.err != nil:

@@ -43,6 +43,12 @@ type round struct {
 	bg       *background // counts rest's goroutine
 	stop     func() bool // stops the link from the caller's context
 	after    func()      // if set, called once rest has passed on every answer
+	// inline holds results and heard for up to 5 nodes, so that a round
+	// is one allocation (with its channel, two).
+	inline struct {
+		results [5]nodeResult
+		heard   [5]bool
+	}
 }
 
 // start begins a round: fn is called on every node. Before the first call
@@ -50,8 +56,12 @@ type round struct {
 // that fails, the round is complete at once, every node answering the
 // error.
 func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int, n Node) (NodeReply, error)) *round {
-	rd := &round{results: make([]nodeResult, len(r.nodes)), heard: make([]bool, len(r.nodes)), began: time.Now(), bg: &r.bg,
-		pace: &r.pace, seq: r.pace.rounds.Add(1), quorum: r.quorum}
+	rd := &round{began: time.Now(), bg: &r.bg, pace: &r.pace, seq: r.pace.rounds.Add(1), quorum: r.quorum}
+	if len(r.nodes) <= len(rd.inline.results) {
+		rd.results, rd.heard = rd.inline.results[:len(r.nodes)], rd.inline.heard[:len(r.nodes)]
+	} else {
+		rd.results, rd.heard = make([]nodeResult, len(r.nodes)), make([]bool, len(r.nodes))
+	}
 	if err := r.guard.ready(ctx); err != nil {
 		for i, n := range r.nodes {
 			rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
@@ -60,8 +70,8 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 		rd.n = len(r.nodes)
 		return rd
 	}
-	for i, n := range r.nodes {
-		rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: errUnheard}}
+	for i := range r.nodes {
+		rd.results[i] = nodeResult{i: i, err: r.unheard[i]}
 	}
 	rd.ch = make(chan nodeResult, len(r.nodes))
 	// The calls' deadline: NodeTimeout, or the caller's deadline if sooner.
