@@ -271,6 +271,42 @@ func TestAcquireQuorumMasks(t *testing.T) {
 	}
 }
 
+// TestMoreNodesThanARoundHoldsInline runs acquire and release on seven
+// nodes, more than a round keeps its answers inline for (see round.inline):
+// with three down it holds, with four it fails naming the four.
+func TestMoreNodesThanARoundHoldsInline(t *testing.T) {
+	ctx := context.Background()
+	for _, down := range []int{3, 4} {
+		t.Run(fmt.Sprintf("%d of 7 down", down), func(t *testing.T) {
+			c := newCluster(t, 7, nil, nil)
+			for i := range down {
+				c.down(true, i)
+			}
+			lease, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "seven", LeaseID: leaseA, TTL: 10 * time.Second})
+			if down == 4 {
+				var qe *lockcore.QuorumError
+				if !errors.As(err, &qe) || qe.Needed != 4 || qe.Answered != 3 || len(qe.Causes) != 4 || !errors.Is(err, errDown) {
+					t.Fatalf("err = %v, want a *QuorumError needing 4 with 3 answers and the 4 nodes down as causes", err)
+				}
+				c.assertNotHolding(t, "seven", leaseA)
+				return
+			}
+			if err != nil || lease.Token < 1 {
+				t.Fatalf("with 4 of 7 nodes up: %+v, %v", lease, err)
+			}
+			for i, l := range c.holders(t, "seven") {
+				if held := l.Found && l.Lease == leaseA; held != (i >= down) {
+					t.Fatalf("node %d (down=%v) holds=%v", i, i < down, held)
+				}
+			}
+			if err := c.rl.Release(ctx, lockcore.ReleaseRequest{Resource: "seven", LeaseID: leaseA}); err != nil {
+				t.Fatalf("release with 4 of 7 up: %v", err)
+			}
+			c.assertNotHolding(t, "seven", leaseA)
+		})
+	}
+}
+
 func TestAcquireReleasesGrantsWhoseReplyWasLost(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t, 3, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: time.Second}, nil)

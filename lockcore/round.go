@@ -43,8 +43,8 @@ type round struct {
 	bg       *background // counts rest's goroutine
 	stop     func() bool // stops the link from the caller's context
 	after    func()      // if set, called once rest has passed on every answer
-	// inline holds results and heard for up to 5 nodes, so that a round
-	// is one allocation (with its channel, two).
+	// inline holds results and heard for up to 5 nodes, so that they need
+	// no allocation of their own.
 	inline struct {
 		results [5]nodeResult
 		heard   [5]bool
@@ -326,8 +326,10 @@ func (rd *round) complete() bool { return rd.n == len(rd.results) }
 
 // rest ends the round: the answers still to come, if any, are passed to
 // late one by one in a goroutine, after which the calls' context is
-// released. With late nil they are dropped. The round must not be used
-// after rest.
+// released. With late nil they are dropped. After rest, results and heard
+// are the caller's alone: rest's goroutine reads only graceEnd, ranOut and
+// seq (judgeLate), never results or heard, which callers still read and
+// write (checked, Inspect, fanout).
 func (rd *round) rest(late func(nodeResult)) {
 	rd.decided.Store(true)
 	if rd.ch == nil {
