@@ -1,5 +1,7 @@
 package lockcore
 
+import "time"
+
 // Settle waits until the late answers of r's decided calls have been acted
 // on, so that a test reads the nodes as the calls left them. A call is
 // answered at the first quorum once the others have had a grace (see
@@ -10,6 +12,10 @@ func Settle(r *Redlock) { r.bg.wait() }
 // Graces returns how many of r's rounds have waited a grace for a node
 // still to answer (see round.until).
 func Graces(r *Redlock) int64 { return r.pace.graces.Load() }
+
+// SetGraceMin sets the least grace of r's rounds (see round.until). Call it
+// before r is used.
+func SetGraceMin(r *Redlock, d time.Duration) { r.pace.graceMin = d }
 
 // Behind returns r.Behind().
 func Behind(r *Redlock) []bool { return r.Behind() }

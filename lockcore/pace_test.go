@@ -11,14 +11,30 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 )
 
+// paceGrace is the least grace of TestANodeLeftBehindIsNotWaitedFor.
+const paceGrace = 100 * time.Millisecond
+
+// graceOver returns a time after which the grace of every round that began
+// after began and was decided before returned has ended (see
+// round.graceFrom): the time the call took, or paceGrace if longer, after
+// returned.
+func graceOver(began, returned time.Time) time.Time {
+	return returned.Add(max(returned.Sub(began), paceGrace)).Add(time.Millisecond)
+}
+
 // A decided round gives the nodes still to answer a grace, except a node
 // that missed the graces of lockcore's behindAfter (2) rounds in a row and
 // has not answered a round in time since: it is behind (round.until, pace).
 // Node calls are held at gates, so which node is late is the test's choice;
 // the node timeout is far longer than the test, so a round that waited for
-// a gated node would not return.
+// a gated node would not return. The least grace is paceGrace instead of
+// 0.5 ms, so that a node the test does not hold is in time even when a
+// busy machine (CI, -race) leaves its goroutine unscheduled for a while:
+// with 0.5 ms, node 2 once missed a grace of its own where the test wanted
+// it in time.
 func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	c := newEarlyCluster(t, nil)
+	lockcore.SetGraceMin(c.rl, paceGrace)
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL}) // the guard's first pass
 	missed := func(want ...int) {
 		t.Helper()
@@ -49,7 +65,7 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	}
 	// A slow node is held up (the gates of nodes) so that the quorum
 	// answers about 20 ms after the round began: the grace then lasts
-	// about 20 ms too. When the round has been decided, or begins its
+	// paceGrace. When the round has been decided, or begins its
 	// grace if waitGrace, the nodes of late are let go.
 	slowQuorum := func(slow int, late []int, waitGrace bool) {
 		t.Helper()
@@ -107,10 +123,10 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	graces(2, "node 2 is behind, and the round waited for it")
 
 	// Node 2 answers the three rounds after their graces ended (or would
-	// have): a grace ends no later than twice the time the call took after
-	// it began, and the last round began after began and was decided
-	// before returned.
-	time.Sleep(time.Until(returned.Add(returned.Sub(began)).Add(time.Millisecond)))
+	// have): a grace ends no later than the time the call took, or
+	// paceGrace if longer, after it returned, since the last round began
+	// after began and was decided before returned.
+	time.Sleep(time.Until(graceOver(began, returned)))
 	open2()
 	c.settle()
 	missed(0, 0, 3)
@@ -132,7 +148,7 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	// Node 0 answers after a round that did not wait for it was decided,
 	// within the grace it would have had: it is in time again. The quorum
 	// answers 20 ms after the round began, so the grace would have lasted
-	// as long; the test tries again should its answer still miss it.
+	// paceGrace; the test tries again should its answer still miss it.
 	for try := 0; lockcore.Behind(c.rl)[0]; try++ {
 		if try == 10 {
 			t.Fatal("node 0 answered 10 rounds right after they were decided, and is still behind")
@@ -170,7 +186,7 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 		eventually(t, "the round's late answers acted on", func() bool { return lockcore.Pending(c.rl) == 1 }) // the held round's
 	}
 	missed(0, 0, 0)
-	time.Sleep(time.Until(returned.Add(returned.Sub(began)).Add(time.Millisecond)))
+	time.Sleep(time.Until(graceOver(began, returned)))
 	close(held)
 	c.settle()
 	missed(0, 0, 0)
@@ -192,13 +208,13 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 
 	// A round that waits for every node judges too: node 1 holds the lock
 	// for another lease, so with node 0's grant and node 1's refusal the
-	// acquisition needs node 2, which answers 20 ms later, long after the
-	// grace that the second answer began.
+	// acquisition needs node 2, which answers 20 ms after the grace that
+	// the second answer began has ended.
 	if _, err := c.raw[1].Acquire(t.Context(), lockcore.NodeAcquire{Resource: "split", Lease: "another-lease-0123456789", TTL: earlyTTL}); err != nil {
 		t.Fatal(err)
 	}
 	open2 = c.gate(2)
-	go func() { time.Sleep(20 * time.Millisecond); open2() }()
+	go func() { time.Sleep(paceGrace + 20*time.Millisecond); open2() }()
 	var l *lockcore.Lease
 	within(t, "acquire split", func() { l = mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "split", TTL: earlyTTL}) })
 	c.settle()
@@ -209,12 +225,88 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 
 	// A node that fails at once does not count towards the quorum whose
 	// time sets the grace: with node 0 down, the round needs node 2, which
-	// answers 20 ms later, and is in time.
+	// answers 20 ms after a grace from node 1's answer would have ended,
+	// and is in time.
 	c.down(true, 0)
 	open2 = c.gate(2)
-	go func() { time.Sleep(20 * time.Millisecond); open2() }()
+	go func() { time.Sleep(paceGrace + 20*time.Millisecond); open2() }()
 	acquire()
 	c.settle()
 	missed(0, 0, 0)
 	c.down(false, 0)
+}
+
+// A round's grace is as long as the round had taken when a quorum had
+// answered without an error, and never ends before the round has taken
+// twice as long as it had when it was decided (round.graceFrom,
+// round.until), however short the least grace. Five nodes, a least grace
+// of 1 ms; nodes are held at gates and let go 20 ms after the grace began,
+// which is in time only by those two rules.
+func TestTheGraceScalesWithTheRound(t *testing.T) {
+	c := newCluster(t, 5, &lockcore.Options{NodeTimeout: earlyTimeout, MinTTL: 2 * earlyTimeout, MaxTTL: time.Hour}, nil)
+	lockcore.SetGraceMin(c.rl, time.Millisecond)
+	calm := func() { // no node has missed a grace, so every round waits one
+		t.Helper()
+		for try := 0; slices.ContainsFunc(lockcore.Missed(c.rl), func(m int) bool { return m > 0 }); try++ {
+			if try == 20 {
+				t.Fatalf("graces missed after 20 rounds with every node answering: %v", lockcore.Missed(c.rl))
+			}
+			mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: fmt.Sprintf("calm%d", try), TTL: earlyTTL})
+			c.settle()
+		}
+	}
+	// round acquires resource with the nodes of slow held for 100 ms and
+	// those of late held until 20 ms after the round began its grace, and
+	// returns how many graces in a row each node has missed then.
+	round := func(resource string, slow, late []int) []int {
+		t.Helper()
+		var opens []func()
+		for _, i := range slices.Concat(slow, late) {
+			opens = append(opens, c.gate(i))
+		}
+		g := lockcore.Graces(c.rl)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if _, err := c.rl.Acquire(t.Context(), lockcore.AcquireRequest{Resource: resource, TTL: earlyTTL}); err != nil {
+				t.Errorf("acquire %s: %v", resource, err)
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		for _, open := range opens[:len(slow)] {
+			open()
+		}
+		within(t, "the grace begins", func() {
+			for lockcore.Graces(c.rl) == g {
+				runtime.Gosched()
+			}
+		})
+		time.Sleep(20 * time.Millisecond)
+		for _, open := range opens[len(slow):] {
+			open()
+		}
+		within(t, "the acquire", func() { <-done })
+		c.settle()
+		return lockcore.Missed(c.rl)
+	}
+	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL}) // the guard's first pass
+	calm()
+
+	// Node 2's grant makes the quorum after 100 ms: the grace lasts as
+	// long, and nodes 3 and 4 are in time.
+	if got := round("a", []int{2}, []int{3, 4}); !slices.Equal(got, []int{0, 0, 0, 0, 0}) {
+		t.Fatalf("graces missed in a row, by node: %v, want none", got)
+	}
+	calm()
+
+	// Node 2 holds the lock for another lease: its refusal and the grants
+	// of nodes 0 and 1 are a quorum of answers at once, so that grace is
+	// about 1 ms, but the round is decided by node 3's grant 100 ms later
+	// (late itself), and node 4 is in time.
+	if _, err := c.raw[2].Acquire(t.Context(), lockcore.NodeAcquire{Resource: "split", Lease: "another-lease-0123456789", TTL: earlyTTL}); err != nil {
+		t.Fatal(err)
+	}
+	if got := round("split", []int{3}, []int{4}); !slices.Equal(got, []int{0, 0, 0, 1, 0}) {
+		t.Fatalf("graces missed in a row, by node: %v, want [0 0 0 1 0]", got)
+	}
 }

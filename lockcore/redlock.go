@@ -163,6 +163,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
 	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
+	r.pace.graceMin = graceMin
 	return r, nil
 }
 
