@@ -204,8 +204,10 @@ func TestALockDeletedBehindItsBackClosesDoneAtTheNextRenewal(t *testing.T) {
 	}
 	took := time.Since(deleted)
 	t.Logf("Done closed %v after the delete (renewal period %v): %v", took.Round(time.Millisecond), ttl/3, l.Err())
-	if took > ttl/3+300*time.Millisecond {
-		t.Errorf("Done closed %v after the delete, more than one renewal period (%v)", took, ttl/3)
+	// A renewal period and a second for the renewal itself on a busy
+	// machine: still a second before the validity would have run out.
+	if took > ttl/3+time.Second {
+		t.Errorf("Done closed %v after the delete, more than one renewal period (%v) and its call", took, ttl/3)
 	}
 	if !errors.Is(l.Err(), client.ErrLost) || !errors.Is(l.Err(), client.ErrNotHeld) {
 		t.Errorf("Err = %v, want ErrLost wrapping ErrNotHeld", l.Err())
@@ -225,7 +227,7 @@ func TestMaxHoldStopsRenewing(t *testing.T) {
 	start := time.Now()
 	<-l.Done()
 	held := time.Since(start)
-	if !errors.Is(l.Err(), client.ErrMaxHold) || held < 1400*time.Millisecond || held > 2*time.Second {
+	if !errors.Is(l.Err(), client.ErrMaxHold) || held < 1400*time.Millisecond || held > 2500*time.Millisecond {
 		t.Fatalf("Done after %v with %v, want ErrMaxHold after about 1.5s", held, l.Err())
 	}
 	patches := g.patches.Load()

@@ -326,9 +326,14 @@ func TestShutdownEndsWaits(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		waited <- reply{status: resp.StatusCode, header: resp.Header, body: b}
 	}()
-	// Give the waiter time to reach the queue (a queued PUT leaves no trace
-	// outside the process until it is answered).
-	time.Sleep(300 * time.Millisecond)
+	// The waiter is queued once the gateway counts it in lockgate_waiters.
+	deadline := time.Now().Add(10 * time.Second)
+	for !bytes.Contains(call(t, "GET", gw.base+"/metrics", "").body, []byte("\nlockgate_waiters 1\n")) {
+		if time.Now().After(deadline) {
+			t.Fatal("lockgate_waiters never reached 1")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,9 @@ func faultyCluster(t *testing.T, n int) (*lockcore.Redlock, []*nodetest.Faulty) 
 		f := nodetest.NewFaulty(memnode.New(nil))
 		nodes, fs = append(nodes, f), append(fs, f)
 	}
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond})
+	// No test hangs a node: a node timeout of 200 ms only keeps a busy
+	// machine from timing out a node the test did not switch off.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

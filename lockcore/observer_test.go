@@ -71,7 +71,9 @@ func observed(t *testing.T) (*lockcore.Redlock, []*nodetest.Faulty, *spyObserver
 		nodes, sw = append(nodes, n), append(sw, n)
 	}
 	spy := &spyObserver{}
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 20 * time.Millisecond, Observer: spy, CheckInterval: time.Hour})
+	// A node timeout of 200 ms, so that a node the tests do not hang is
+	// never timed out by a busy machine.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond, Observer: spy, CheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +96,9 @@ func TestObserverSeesEveryNodeCall(t *testing.T) {
 	if _, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "r", LeaseID: obsLease, TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	// A call returns at the first quorum; a node that missed the grace
+	// reports its call when it answers (Settle waits for that).
+	lockcore.Settle(rl)
 	calls, quorum, fenced := spy.take()
 	want := []nodeCall{{"n1", "acquire", nil}, {"n2", "acquire", nil}, {"n3", "acquire", nil}}
 	if !slices.Equal(calls, want) || len(quorum) != 0 || fenced != 0 {
@@ -116,6 +121,7 @@ func TestObserverSeesEveryNodeCall(t *testing.T) {
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.op, err)
 		}
+		lockcore.Settle(rl)
 		calls, _, _ := spy.take()
 		want := []nodeCall{{"n1", s.op, nil}, {"n2", s.op, nil}, {"n3", s.op, nil}}
 		if !slices.Equal(calls, want) {

@@ -22,6 +22,32 @@ func graceOver(began, returned time.Time) time.Time {
 	return returned.Add(max(returned.Sub(began), paceGrace)).Add(time.Millisecond)
 }
 
+// answered returns a channel that gets the time when every node of idx has
+// answered an acquisition (the first since), and a function that removes
+// the hooks it sets.
+func (c *cluster) answered(idx ...int) (<-chan time.Time, func()) {
+	ch := make(chan time.Time, 1)
+	var mu sync.Mutex
+	left := len(idx)
+	for _, i := range idx {
+		var once sync.Once
+		c.nodes[i].SetAfterAcquire(func(lockcore.NodeAcquire, lockcore.NodeReply) {
+			once.Do(func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if left--; left == 0 {
+					ch <- time.Now()
+				}
+			})
+		})
+	}
+	return ch, func() {
+		for _, i := range idx {
+			c.nodes[i].SetAfterAcquire(nil)
+		}
+	}
+}
+
 // A decided round gives the nodes still to answer a grace, except a node
 // that missed the graces of lockcore's behindAfter (2) rounds in a row and
 // has not answered a round in time since: it is behind (round.until, pace).
@@ -214,9 +240,16 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	open2 = c.gate(2)
-	go func() { time.Sleep(paceGrace + 20*time.Millisecond); open2() }()
+	began = time.Now()
+	quorum, unhook := c.answered(0, 1)
+	go func() { // after the grace of nodes 0 and 1, however late they are
+		at := <-quorum
+		time.Sleep(at.Sub(began) + paceGrace + 20*time.Millisecond)
+		open2()
+	}()
 	var l *lockcore.Lease
 	within(t, "acquire split", func() { l = mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "split", TTL: earlyTTL}) })
+	unhook()
 	c.settle()
 	if h := c.peek(t, "split"); !h[0].Found || h[0].Lease != l.ID || !h[2].Found || h[2].Lease != l.ID {
 		t.Fatalf("split: nodes hold %+v; want nodes 0 and 2 to hold %s", h, l.ID)
@@ -255,16 +288,27 @@ func TestTheGraceScalesWithTheRound(t *testing.T) {
 			c.settle()
 		}
 	}
-	// round acquires resource with the nodes of slow held for 100 ms and
-	// those of late held until 20 ms after the round began its grace, and
-	// returns how many graces in a row each node has missed then.
+	// round acquires resource with the nodes of slow held until 100 ms
+	// after the others have answered (and as long again as those took, so
+	// that a busy machine does not make them in time), and those of late
+	// held until 20 ms after the round began its grace, and returns how
+	// many graces in a row each node has missed then.
 	round := func(resource string, slow, late []int) []int {
 		t.Helper()
 		var opens []func()
 		for _, i := range slices.Concat(slow, late) {
 			opens = append(opens, c.gate(i))
 		}
+		var fast []int
+		for i := range c.nodes {
+			if !slices.Contains(slow, i) && !slices.Contains(late, i) {
+				fast = append(fast, i)
+			}
+		}
+		fastAnswered, unhook := c.answered(fast...)
+		defer unhook()
 		g := lockcore.Graces(c.rl)
+		began := time.Now()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -272,7 +316,9 @@ func TestTheGraceScalesWithTheRound(t *testing.T) {
 				t.Errorf("acquire %s: %v", resource, err)
 			}
 		}()
-		time.Sleep(100 * time.Millisecond)
+		var at time.Time
+		within(t, "the fast nodes answer", func() { at = <-fastAnswered })
+		time.Sleep(at.Sub(began) + 100*time.Millisecond)
 		for _, open := range opens[:len(slow)] {
 			open()
 		}

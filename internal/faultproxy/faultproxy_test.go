@@ -160,7 +160,7 @@ func TestHealRestoresPassThrough(t *testing.T) {
 	if got, err := roundTrip(c, bufio.NewReader(c), "x"); err != nil || got != "x" {
 		t.Fatalf("after Heal: got %q, %v", got, err)
 	}
-	if d := time.Since(start); d > 500*time.Millisecond {
+	if d := time.Since(start); d > 900*time.Millisecond { // below the 1 s delay, with room for a busy machine
 		t.Errorf("after Heal the reply took %v", d)
 	}
 }

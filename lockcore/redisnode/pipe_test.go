@@ -162,8 +162,9 @@ func TestConcurrentCallsSharePipelines(t *testing.T) {
 // Every call ends by its own deadline, whether it waits in the pipe or is in
 // flight in a pipeline whose deadline is later, and a call that ends before
 // it is sent never runs. The server is paused and every slot is taken by a
-// call waiting for it, sent by its own goroutine: the first until 1.5 s, the
-// others until 10 s.
+// call waiting for it, sent by its own goroutine: the first until 3 s (the
+// setting up must end before; it takes well under a second on a quiet
+// machine), the others until 10 s.
 func TestEveryCallEndsByItsDeadline(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := newNode(t, srv)
@@ -199,7 +200,7 @@ func TestEveryCallEndsByItsDeadline(t *testing.T) {
 	for i := range held {
 		d := 10 * time.Second
 		if i == 0 {
-			d = 1500 * time.Millisecond
+			d = 3 * time.Second
 		}
 		held[i] = call("held-"+strconv.Itoa(i), d)
 		waitUntil(t, fmt.Sprintf("%d calls waiting for the server", i+1), func() bool {
@@ -215,13 +216,13 @@ func TestEveryCallEndsByItsDeadline(t *testing.T) {
 	// the later deadline (10 s); the earlier caller stops waiting at its
 	// own.
 	late := call("late", 10*time.Second)
-	early := call("early", 2500*time.Millisecond)
+	early := call("early", 4*time.Second)
 	waitUntil(t, "two more calls in the pipe", func() bool { return goroutines.Count("", inPipe) == redisnode.PipeWorkers+2 })
-	if since := time.Since(start); since > 1200*time.Millisecond {
+	if since := time.Since(start); since > 2700*time.Millisecond {
 		t.Fatalf("setting up took %v, past the first call's deadline: the machine is too slow for this test", since)
 	}
-	check("the first call, in flight", <-held[0], 1500*time.Millisecond, "")
-	check("a call in flight with a later one", <-early, 2500*time.Millisecond, "may have run")
+	check("the first call, in flight", <-held[0], 3*time.Second, "")
+	check("a call in flight with a later one", <-early, 4*time.Second, "may have run")
 	select {
 	case r := <-late:
 		t.Fatalf("the later call ended with the earlier: %v", r.err)

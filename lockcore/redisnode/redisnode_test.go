@@ -67,8 +67,8 @@ func TestDataLoss(t *testing.T) {
 // is an answer, and it must come at once, not after a retry back-off, or a
 // dead minority node would slow every acquisition down (it did: 10 to 30 ms
 // per call, go-redis's default back-off before its one retry). The fastest of
-// a few calls must stay under 8 ms, below the back-off's least 10 ms, which
-// a loaded machine is unlikely to reach for five calls in a row.
+// twenty calls must stay under 8 ms, below the back-off's least 10 ms; a
+// loaded machine is unlikely to be that slow for twenty calls in a row.
 func TestADeadNodeAnswersAtOnce(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := newNode(t, srv)
@@ -79,7 +79,7 @@ func TestADeadNodeAnswersAtOnce(t *testing.T) {
 	}
 	srv.Kill()
 	fastest := time.Hour
-	for range 5 {
+	for range 20 {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		start := time.Now()
 		_, err := n.Acquire(cctx, req)
@@ -91,7 +91,7 @@ func TestADeadNodeAnswersAtOnce(t *testing.T) {
 		fastest = min(fastest, d)
 	}
 	if fastest >= 8*time.Millisecond {
-		t.Fatalf("the fastest of 5 calls to a killed server took %v; a refused connection should fail at once", fastest)
+		t.Fatalf("the fastest of 20 calls to a killed server took %v; a refused connection should fail at once", fastest)
 	}
 }
 
