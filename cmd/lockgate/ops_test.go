@@ -199,7 +199,12 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 		resp.Body.Close()
 		waited <- answer{status: resp.StatusCode}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// It is in flight once the gateway holds it in its queue.
+	for deadline := time.Now().Add(10 * time.Second); g.scrape(t)["lockgate_waiters"] != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting acquire never reached the queue")
+		}
+	}
 
 	write(opsNew + " * * newcomer\n")
 	hangup("auth file reloaded", 1)

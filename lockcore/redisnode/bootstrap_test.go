@@ -249,7 +249,7 @@ func TestGatewaysStartingTogetherOnANewCluster(t *testing.T) {
 		}
 		var rls []*lockcore.Redlock
 		for range 3 {
-			rls = append(rls, gateway(t, srvs, &lockcore.Options{CheckInterval: 50 * time.Millisecond}))
+			rls = append(rls, gateway(t, srvs, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, CheckInterval: 50 * time.Millisecond}))
 		}
 		var wg sync.WaitGroup
 		for g, rl := range rls {

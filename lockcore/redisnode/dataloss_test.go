@@ -166,7 +166,8 @@ func TestAnEmptyRestartUnderALiveHolder(t *testing.T) {
 			for range 3 {
 				cycle(t, rl, res)
 			}
-			c.Kill() // paused, it would run L1's request once resumed
+			freeEverywhere(t, srvs, res) // a node may still have the last release in flight
+			c.Kill()                     // paused, it would run L1's request once resumed
 			l1 := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: res, TTL: lossMaxTTL})
 			c.Restart()
 			restartEmpty(t, a)
@@ -203,8 +204,8 @@ func TestALostNodeIsRepairedAfterItsQuarantine(t *testing.T) {
 		top = max(top, cycle(t, rl, res))
 	}
 	restartEmpty(t, a)
+	lost := time.Now()                // A's quarantine begins after this, when a check finds the loss
 	top = max(top, cycle(t, rl, res)) // B and C, while A is out
-	lost := time.Now()
 	c.Kill()
 	deadline := lost.Add(lossMaxTTL + 3*time.Second)
 	for {
