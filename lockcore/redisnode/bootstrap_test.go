@@ -266,7 +266,7 @@ func TestGatewaysStartingTogetherOnANewCluster(t *testing.T) {
 			}
 		}
 		for g, rl := range rls {
-			l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "together", TTL: time.Second}, 2*time.Second)
+			l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "together", TTL: 2 * time.Second}, 2*time.Second)
 			if err := rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: "together", LeaseID: l.ID}); err != nil {
 				t.Errorf("round %d gateway %d: release: %v", round, g, err)
 			}
