@@ -204,9 +204,10 @@ func TestALockDeletedBehindItsBackClosesDoneAtTheNextRenewal(t *testing.T) {
 	}
 	took := time.Since(deleted)
 	t.Logf("Done closed %v after the delete (renewal period %v): %v", took.Round(time.Millisecond), ttl/3, l.Err())
-	// A renewal period and a second for the renewal itself on a busy
-	// machine: still a second before the validity would have run out.
-	if took > ttl/3+time.Second {
+	// A renewal period and 600 ms for the renewal itself on a busy
+	// machine: still 400 ms before the renewal after it (the delete came
+	// right after the acquisition).
+	if took > ttl/3+600*time.Millisecond {
 		t.Errorf("Done closed %v after the delete, more than one renewal period (%v) and its call", took, ttl/3)
 	}
 	if !errors.Is(l.Err(), client.ErrLost) || !errors.Is(l.Err(), client.ErrNotHeld) {
@@ -227,7 +228,7 @@ func TestMaxHoldStopsRenewing(t *testing.T) {
 	start := time.Now()
 	<-l.Done()
 	held := time.Since(start)
-	if !errors.Is(l.Err(), client.ErrMaxHold) || held < 1400*time.Millisecond || held > 2500*time.Millisecond {
+	if !errors.Is(l.Err(), client.ErrMaxHold) || held < 1400*time.Millisecond || held > 2200*time.Millisecond { // the lease would run out at about 2.3 s
 		t.Fatalf("Done after %v with %v, want ErrMaxHold after about 1.5s", held, l.Err())
 	}
 	patches := g.patches.Load()

@@ -234,7 +234,7 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 
 	// A round that waits for every node judges too: node 1 holds the lock
 	// for another lease, so with node 0's grant and node 1's refusal the
-	// acquisition needs node 2, which answers 20 ms after the grace that
+	// acquisition needs node 2, which answers 50 ms after the grace that
 	// the second answer began has ended.
 	if _, err := c.raw[1].Acquire(t.Context(), lockcore.NodeAcquire{Resource: "split", Lease: "another-lease-0123456789", TTL: earlyTTL}); err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 	quorum, unhook := c.answered(0, 1)
 	go func() { // after the grace of nodes 0 and 1, however late they are
 		at := <-quorum
-		time.Sleep(at.Sub(began) + paceGrace + 20*time.Millisecond)
+		time.Sleep(at.Sub(began) + paceGrace + 50*time.Millisecond)
 		open2()
 	}()
 	var l *lockcore.Lease
@@ -271,10 +271,10 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 
 // A round's grace is as long as the round had taken when a quorum had
 // answered without an error, and never ends before the round has taken
-// twice as long as it had when it was decided (round.graceFrom,
+// twice as long as it had when it was decided (round.hear, round.graceFrom,
 // round.until), however short the least grace. Five nodes, a least grace
-// of 1 ms; nodes are held at gates and let go 20 ms after the grace began,
-// which is in time only by those two rules.
+// of 1 ms; nodes are held at gates, and each round's last node answers in
+// time only by one of those rules.
 func TestTheGraceScalesWithTheRound(t *testing.T) {
 	c := newCluster(t, 5, &lockcore.Options{NodeTimeout: earlyTimeout, MinTTL: 2 * earlyTimeout, MaxTTL: time.Hour}, nil)
 	lockcore.SetGraceMin(c.rl, time.Millisecond)
@@ -288,39 +288,54 @@ func TestTheGraceScalesWithTheRound(t *testing.T) {
 			c.settle()
 		}
 	}
-	// round acquires resource with the nodes of slow held until 100 ms
-	// after the others have answered (and as long again as those took, so
-	// that a busy machine does not make them in time), and those of late
-	// held until 20 ms after the round began its grace, and returns how
-	// many graces in a row each node has missed then.
-	round := func(resource string, slow, late []int) []int {
+	// round acquires resource with its nodes held at gates: the nodes of
+	// slow until 100 ms after the others have answered (and as long again
+	// as those took, so that a busy machine does not make them in time),
+	// those of then until 20 ms after the slow ones have answered, and
+	// those of late until 20 ms after the round began its grace. It
+	// returns how many graces in a row each node has missed then.
+	round := func(resource string, slow, then, late []int) []int {
 		t.Helper()
-		var opens []func()
-		for _, i := range slices.Concat(slow, late) {
-			opens = append(opens, c.gate(i))
+		gates := map[int]func(){}
+		for _, i := range slices.Concat(slow, then, late) {
+			gates[i] = c.gate(i)
+		}
+		open := func(idx []int) {
+			for _, i := range idx {
+				gates[i]()
+			}
 		}
 		var fast []int
 		for i := range c.nodes {
-			if !slices.Contains(slow, i) && !slices.Contains(late, i) {
+			if gates[i] == nil {
 				fast = append(fast, i)
 			}
 		}
-		fastAnswered, unhook := c.answered(fast...)
-		defer unhook()
+		fastAnswered, unhookFast := c.answered(fast...)
+		defer unhookFast()
+		slowAnswered, unhookSlow := c.answered(slow...)
+		defer unhookSlow()
 		g := lockcore.Graces(c.rl)
 		began := time.Now()
-		done := make(chan struct{})
+		done := make(chan error, 1)
 		go func() {
-			defer close(done)
-			if _, err := c.rl.Acquire(t.Context(), lockcore.AcquireRequest{Resource: resource, TTL: earlyTTL}); err != nil {
-				t.Errorf("acquire %s: %v", resource, err)
+			_, err := c.rl.Acquire(t.Context(), lockcore.AcquireRequest{Resource: resource, TTL: earlyTTL})
+			done <- err
+		}()
+		defer func() { // on every path: no gate stays closed, the call ends
+			for _, open := range gates {
+				open()
 			}
+			<-done
 		}()
 		var at time.Time
 		within(t, "the fast nodes answer", func() { at = <-fastAnswered })
 		time.Sleep(at.Sub(began) + 100*time.Millisecond)
-		for _, open := range opens[:len(slow)] {
-			open()
+		open(slow)
+		if len(then) > 0 {
+			within(t, "the slow nodes answer", func() { <-slowAnswered })
+			time.Sleep(20 * time.Millisecond)
+			open(then)
 		}
 		within(t, "the grace begins", func() {
 			for lockcore.Graces(c.rl) == g {
@@ -328,31 +343,47 @@ func TestTheGraceScalesWithTheRound(t *testing.T) {
 			}
 		})
 		time.Sleep(20 * time.Millisecond)
-		for _, open := range opens[len(slow):] {
-			open()
+		open(late)
+		var err error
+		within(t, "the acquire", func() { err = <-done; done <- err })
+		if err != nil {
+			t.Fatalf("acquire %s: %v", resource, err)
 		}
-		within(t, "the acquire", func() { <-done })
 		c.settle()
 		return lockcore.Missed(c.rl)
+	}
+	taken := func(node int, resource string) { // another lease holds resource on node
+		t.Helper()
+		if _, err := c.raw[node].Acquire(t.Context(), lockcore.NodeAcquire{Resource: resource, Lease: "another-lease-0123456789", TTL: earlyTTL}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL}) // the guard's first pass
 	calm()
 
-	// Node 2's grant makes the quorum after 100 ms: the grace lasts as
-	// long, and nodes 3 and 4 are in time.
-	if got := round("a", []int{2}, []int{3, 4}); !slices.Equal(got, []int{0, 0, 0, 0, 0}) {
-		t.Fatalf("graces missed in a row, by node: %v, want none", got)
+	// Node 2's grant makes the quorum and decides the round 100 ms in: the
+	// grace lasts as long, and nodes 3 and 4 are in time.
+	if got := round("a", []int{2}, nil, []int{3, 4}); !slices.Equal(got, []int{0, 0, 0, 0, 0}) {
+		t.Fatalf("round a: graces missed in a row, by node: %v, want none", got)
 	}
 	calm()
 
-	// Node 2 holds the lock for another lease: its refusal and the grants
-	// of nodes 0 and 1 are a quorum of answers at once, so that grace is
-	// about 1 ms, but the round is decided by node 3's grant 100 ms later
-	// (late itself), and node 4 is in time.
-	if _, err := c.raw[2].Acquire(t.Context(), lockcore.NodeAcquire{Resource: "split", Lease: "another-lease-0123456789", TTL: earlyTTL}); err != nil {
-		t.Fatal(err)
+	// Node 2 refuses (another lease holds the lock there) 100 ms in: with
+	// the grants of nodes 0 and 1, a quorum of answers, whose grace lasts
+	// 100 ms. Node 3's grant decides the round 20 ms later, within that
+	// grace (with a grace of the least 1 ms it would be late), and node 4
+	// is in time.
+	taken(2, "b")
+	if got := round("b", []int{2}, []int{3}, []int{4}); !slices.Equal(got, []int{0, 0, 0, 0, 0}) {
+		t.Fatalf("round b: graces missed in a row, by node: %v, want none", got)
 	}
-	if got := round("split", []int{3}, []int{4}); !slices.Equal(got, []int{0, 0, 0, 1, 0}) {
-		t.Fatalf("graces missed in a row, by node: %v, want [0 0 0 1 0]", got)
+	calm()
+
+	// Node 2 refuses at once: with the grants of nodes 0 and 1, a quorum of
+	// answers whose grace is about 1 ms, but the round is decided by node
+	// 3's grant 100 ms later (late itself), and node 4 is in time.
+	taken(2, "split")
+	if got := round("split", []int{3}, nil, []int{4}); !slices.Equal(got, []int{0, 0, 0, 1, 0}) {
+		t.Fatalf("round split: graces missed in a row, by node: %v, want [0 0 0 1 0]", got)
 	}
 }

@@ -112,10 +112,10 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 // Once done holds, the nodes still to answer get a grace period: until
 // the round has taken twice as long as it had when a quorum of nodes had
 // answered without an error, or when it was decided if that is later (at
-// least graceMin longer). Healthy nodes
-// answer within about the same time, and a round that hears every node
-// needs no late handling (see Redlock.lateAcquire). Only a node slower
-// than that is left behind.
+// least pace.graceMin longer: the constant graceMin, except in tests).
+// Healthy nodes answer within about the same time, and a round that hears
+// every node needs no late handling (see Redlock.lateAcquire). Only a node
+// slower than that is left behind.
 // A node that is behind (see pace) gets no grace: a node that stays slow
 // costs a grace only until it has missed behindAfter of them.
 //
@@ -192,7 +192,7 @@ func (rd *round) hear(res nodeResult, timed bool) {
 }
 
 // graceFrom returns when a grace that begins at t ends: once the round has
-// taken twice as long as it had at t, and at least graceMin after t.
+// taken twice as long as it had at t, and at least pace.graceMin after t.
 func (rd *round) graceFrom(t time.Time) time.Time {
 	return t.Add(max(t.Sub(rd.began), rd.pace.graceMin))
 }

@@ -183,7 +183,7 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	g.do(t, "PUT", "/locks/r1", `{"ttl_ms":1000}`, bearer(opsWriter)...).lease(t)
+	r1 := g.do(t, "PUT", "/locks/r1", `{"ttl_ms":60000}`, bearer(opsWriter)...).lease(t)
 	// A waiting acquire, in flight across the reload that removes its token.
 	waited := make(chan answer, 1)
 	go func() {
@@ -213,6 +213,11 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	}
 	if a := g.do(t, "PUT", "/locks/r3", "", bearer(opsWriter)...); a.status != http.StatusUnauthorized {
 		t.Errorf("the removed token after SIGHUP: %d %s, want 401", a.status, a.body)
+	}
+	// r1 is released (with the new token) after the reload: the waiter,
+	// let in before it, gets the lock.
+	if a := g.do(t, "DELETE", "/locks/r1", "", append(bearer(opsNew), api.HeaderLeaseID, r1.LeaseID)...); a.status != http.StatusNoContent {
+		t.Errorf("releasing r1 after SIGHUP: %d %s", a.status, a.body)
 	}
 	select {
 	case a := <-waited:

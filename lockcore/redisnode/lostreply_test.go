@@ -92,18 +92,26 @@ func TestLostReplies(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a first grant whose answer one node lost is a first grant", func(t *testing.T) {
 		p := newProxied(t)
-		for _, lease := range []string{"", "client-chosen-lease-0123"} {
+		for k, lease := range []string{"", "client-chosen-lease-0123"} {
 			p.proxies[0].DropNextReply() // a client that sent it again would be answered
 			l, err := p.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "first" + lease, LeaseID: lease, TTL: 5 * time.Second})
-			p.heal()
 			if err != nil || l.Reentered {
+				p.heal()
 				t.Fatalf("lease %q: got %+v, %v; want a first grant (201)", lease, l, err)
 			}
 			// The call was answered by nodes 1 and 2: node 0's request may
-			// still be on its way through the proxy.
+			// still be on its way through the proxy, which heals only once
+			// it has dropped the reply.
 			h := p.holders(t, "first"+lease)
-			for deadline := time.Now().Add(3 * time.Second); h[0] != l.ID && time.Now().Before(deadline); h = p.holders(t, "first"+lease) {
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); h = p.holders(t, "first"+lease) {
+				if h[0] == l.ID && p.proxies[0].Stats().DroppedReplies == int64(k+1) {
+					break
+				}
 				time.Sleep(10 * time.Millisecond)
+			}
+			p.heal()
+			if got := p.proxies[0].Stats().DroppedReplies; got != int64(k+1) {
+				t.Fatalf("lease %q: node 0's proxy dropped %d replies in all, want %d", lease, got, k+1)
 			}
 			if h[0] != l.ID {
 				t.Fatalf("node 0 holds %q: the dropped reply's script should have run", h[0])
@@ -159,19 +167,20 @@ func TestLostReplies(t *testing.T) {
 		// Nodes 0 and 1 are slow, so no quorum answers before the client
 		// leaves (a slow minority alone would not hold the answer up).
 		p := newProxied(t)
-		p.proxies[0].SetDelay(60 * time.Millisecond)
-		p.proxies[1].SetDelay(60 * time.Millisecond)
+		p.proxies[0].SetDelay(100 * time.Millisecond)
+		p.proxies[1].SetDelay(100 * time.Millisecond)
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, err := p.rl.Acquire(cctx, lockcore.AcquireRequest{Resource: "left", TTL: 5 * time.Second})
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("acquire whose client left after 20 ms, nodes 0 and 1 answering after 60: %v", err)
+			t.Fatalf("acquire whose client left after 20 ms, nodes 0 and 1 answering after 100: %v", err)
 		}
 		// The lease was granted and released on node 2 at once, and may
 		// have been granted unheard on nodes 0 and 1; the releases to them
-		// (new connections, three slow round trips) ran out of time, and
-		// are tried again once the links are fast again.
-		time.Sleep(200 * time.Millisecond)
+		// (new connections, three round trips of 100 ms against the node
+		// timeout of 250 ms) run out of time, and are tried again once the
+		// links are fast again.
+		time.Sleep(400 * time.Millisecond)
 		p.heal()
 		p.eventuallyFree(t, "left")
 	})
