@@ -101,12 +101,16 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 			opens[i] = c.gate(i)
 		}
 		g := lockcore.Graces(c.rl)
-		done := make(chan struct{})
+		done := make(chan error, 1)
 		go func() {
-			defer close(done)
-			if _, err := c.rl.Acquire(t.Context(), lockcore.AcquireRequest{Resource: fmt.Sprintf("r%d", n), TTL: earlyTTL}); err != nil {
-				t.Errorf("acquire: %v", err)
+			_, err := c.rl.Acquire(t.Context(), lockcore.AcquireRequest{Resource: fmt.Sprintf("r%d", n), TTL: earlyTTL})
+			done <- err
+		}()
+		defer func() { // on every path: no gate stays closed, the call ends
+			for _, open := range opens {
+				open()
 			}
+			<-done
 		}()
 		time.Sleep(20 * time.Millisecond)
 		opens[slow]()
@@ -118,7 +122,11 @@ func TestANodeLeftBehindIsNotWaitedFor(t *testing.T) {
 		for _, i := range late {
 			opens[i]()
 		}
-		within(t, "the acquire", func() { <-done })
+		var err error
+		within(t, "the acquire", func() { err = <-done; done <- err })
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
 		c.settle()
 	}
 
