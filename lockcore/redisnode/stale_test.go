@@ -218,9 +218,12 @@ func TestAStaleRepairDoesNotEndALaterQuarantine(t *testing.T) {
 	}
 	q.Close()
 	opts := func(iv time.Duration) *lockcore.Options {
-		return &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, MaxTTL: 2 * time.Second, CheckInterval: iv}
+		// MaxTTL 4 s: the lock B holds (4 s) must outlive B's repair of
+		// node 2, its flush and B's new quarantine of 16,384 slots, which
+		// take a while on a busy machine.
+		return &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL, MaxTTL: 4 * time.Second, CheckInterval: iv}
 	}
-	time.Sleep(3 * time.Second) // node 2's quarantine has lasted long enough
+	time.Sleep(5 * time.Second) // node 2's quarantine (MaxTTL, drift, node timeout) has lasted long enough
 	var b *lockcore.Redlock
 	var held *lockcore.Lease
 	var cut atomic.Bool
@@ -229,7 +232,7 @@ func TestAStaleRepairDoesNotEndALaterQuarantine(t *testing.T) {
 			n.Client().AddHook(&hooks{pick: epochRead, before: func() {
 				b = gatewayCutOff(t, srvs, opts(20*time.Millisecond), &cut)
 				_ = b.Ready(ctx) // B repairs node 2
-				held = holdThenFlush(t, b, srvs, &cut, 2*time.Second)
+				held = holdThenFlush(t, b, srvs, &cut, 4*time.Second)
 				for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 					if h := health(t, srvs[2]); h.Quarantined && !h.Lost {
 						return // B quarantined node 2 again
@@ -254,6 +257,9 @@ func TestAStaleRepairDoesNotEndALaterQuarantine(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // B's next checks
 	actx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
+	if time.Until(held.Expires) <= 0 {
+		t.Fatalf("the set-up took longer than r's lease (%v): the acquisition below would prove nothing", held.Validity)
+	}
 	if l, err := b.Acquire(actx, lockcore.AcquireRequest{Resource: "r", TTL: 2 * time.Second}); err == nil {
 		t.Errorf("lock r held with token %d (live) granted again with token %d", held.Token, l.Token)
 	} else {
