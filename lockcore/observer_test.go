@@ -136,6 +136,7 @@ func TestObserverSeesQuorumFailuresAndNodeErrors(t *testing.T) {
 	if _, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "q", LeaseID: obsLease, TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	lockcore.Settle(rl) // every node has its copy before two are switched off
 	spy.take()
 	sw[0].SetDown(errSwitchedOff)
 	sw[1].SetHang(true)

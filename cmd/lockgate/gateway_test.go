@@ -103,6 +103,20 @@ func (g *gateway) eventually(t *testing.T, path string, status int) answer {
 	}
 }
 
+// waiters reports whether the gateway's lockgate_waiters reaches n within d:
+// a waiting request is in the gateway's queue once it counts there.
+func (g *gateway) waiters(t *testing.T, n float64, d time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if g.scrape(t)["lockgate_waiters"] == n {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // scrape reads /metrics into series → value, for lockgate_* series.
 func (g *gateway) scrape(t *testing.T) map[string]float64 {
 	t.Helper()
@@ -232,12 +246,8 @@ func TestMetricsFollowAScriptedSequence(t *testing.T) {
 		resp.Body.Close()
 		waited <- resp.StatusCode
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.scrape(t)["lockgate_waiters"] != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("lockgate_waiters never reached 1")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !g.waiters(t, 1, 10*time.Second) {
+		t.Fatal("lockgate_waiters never reached 1")
 	}
 	if a := g.do(t, "DELETE", "/locks/m2", "", leaseA...); a.status != 204 {
 		t.Fatalf("DELETE m2: %d %s", a.status, a.body)

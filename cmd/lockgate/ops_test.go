@@ -200,10 +200,8 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 		waited <- answer{status: resp.StatusCode}
 	}()
 	// It is in flight once the gateway holds it in its queue.
-	for deadline := time.Now().Add(10 * time.Second); g.scrape(t)["lockgate_waiters"] != 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiting acquire never reached the queue")
-		}
+	if !g.waiters(t, 1, 10*time.Second) {
+		t.Fatal("the waiting acquire never reached the queue")
 	}
 
 	write(opsNew + " * * newcomer\n")

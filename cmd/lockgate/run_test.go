@@ -445,12 +445,8 @@ func TestRunInterruptedOrWithoutAGateway(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	p := startLockgate(t, runArgs(g, "run-interrupted", "--wait", "30s", "--", "touch", marker)...)
 	// Wait until the gateway holds run's request in its queue.
-	deadline := time.Now().Add(20 * time.Second)
-	for g.scrape(t)["lockgate_waiters"] != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("run never waited; stderr: %s", p.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !g.waiters(t, 1, 20*time.Second) {
+		t.Fatalf("run never waited; stderr: %s", p.stderr)
 	}
 	start := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)

@@ -3,12 +3,15 @@ package redisnode_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
 // proxied is a Redlock whose nodes are reached through fault proxies, and
@@ -16,7 +19,9 @@ import (
 type proxied struct {
 	rl      *lockcore.Redlock
 	proxies []*faultproxy.Proxy
+	nodes   []*nodetest.Faulty // the Redlock's nodes, for their hooks
 	srvs    []*redistest.Server
+	direct  []*redisnode.Node // to the servers, not through the proxies
 }
 
 func newProxied(t *testing.T) *proxied {
@@ -30,11 +35,16 @@ func newProxied(t *testing.T) *proxied {
 		}
 		t.Cleanup(func() { px.Close() })
 		p.proxies = append(p.proxies, px)
-		nodes[i] = connectURL(t, "redis://"+px.Addr())
+		p.direct = append(p.direct, connect(t, s))
+		f := nodetest.NewFaulty(connectURL(t, "redis://"+px.Addr()))
+		p.nodes = append(p.nodes, f)
+		nodes[i] = f
 	}
 	// 250 ms: a dropped reply costs one node timeout, and a node whose
-	// reply is not dropped must not time out on a busy machine.
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 250 * time.Millisecond, MinTTL: time.Second})
+	// reply is not dropped must not time out on a busy machine. No checks
+	// after the first (CheckInterval): a check's reply could be the one a
+	// proxy drops.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 250 * time.Millisecond, MinTTL: time.Second, CheckInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +83,9 @@ func (p *proxied) heal() {
 // none), read directly.
 func (p *proxied) holders(t *testing.T, resource string) []string {
 	t.Helper()
-	out := make([]string, len(p.srvs))
-	for i, s := range p.srvs {
-		lease, err := newNode(t, s).Client().HGet(context.Background(), "lockgate:{"+resource+"}:lock", "lease").Result()
+	out := make([]string, len(p.direct))
+	for i, n := range p.direct {
+		lease, err := n.Client().HGet(context.Background(), "lockgate:{"+resource+"}:lock", "lease").Result()
 		if err == nil {
 			out[i] = lease
 		}
@@ -92,6 +102,8 @@ func TestLostReplies(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a first grant whose answer one node lost is a first grant", func(t *testing.T) {
 		p := newProxied(t)
+		var replies atomic.Int32 // node 0's replies to an acquisition
+		p.nodes[0].SetAfterAcquire(func(lockcore.NodeAcquire, lockcore.NodeReply) { replies.Add(1) })
 		for k, lease := range []string{"", "client-chosen-lease-0123"} {
 			p.proxies[0].DropNextReply() // a client that sent it again would be answered
 			l, err := p.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "first" + lease, LeaseID: lease, TTL: 5 * time.Second})
@@ -102,19 +114,24 @@ func TestLostReplies(t *testing.T) {
 			// The call was answered by nodes 1 and 2: node 0's request may
 			// still be on its way through the proxy, which heals only once
 			// it has dropped the reply.
-			h := p.holders(t, "first"+lease)
-			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); h = p.holders(t, "first"+lease) {
-				if h[0] == l.ID && p.proxies[0].Stats().DroppedReplies == int64(k+1) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			var h []string
+			poll(3*time.Second, func() bool {
+				h = p.holders(t, "first"+lease)
+				return h[0] == l.ID && p.proxies[0].Stats().DroppedReplies == int64(k+1)
+			})
 			p.heal()
 			if got := p.proxies[0].Stats().DroppedReplies; got != int64(k+1) {
 				t.Fatalf("lease %q: node 0's proxy dropped %d replies in all, want %d", lease, got, k+1)
 			}
 			if h[0] != l.ID {
 				t.Fatalf("node 0 holds %q: the dropped reply's script should have run", h[0])
+			}
+			// Node 0's call ends without a reply once its node timeout has
+			// passed; a call that sent the script again would have been
+			// answered ("reentered").
+			time.Sleep(300 * time.Millisecond)
+			if n := replies.Load(); n != 0 {
+				t.Fatalf("lease %q: node 0 answered %d acquisitions after its reply was dropped: the script was sent again", lease, n)
 			}
 		}
 	})

@@ -44,19 +44,9 @@ func memStats(t *testing.T, srvs []*redistest.Server) []memStat {
 // flight. The test then checks the counts.
 func settleKeys(t *testing.T, srvs []*redistest.Server, want func(i int) int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for i, s := range srvs {
 		rdb := connect(t, s).Client()
-		for {
-			n, err := rdb.DBSize(context.Background()).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n == want(i) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		poll(10*time.Second, func() bool { n, err := rdb.DBSize(context.Background()).Result(); return err == nil && n == want(i) })
 	}
 }
 

@@ -76,13 +76,21 @@ func warm(t *testing.T, n *redisnode.Node) {
 // waitUntil polls cond for up to 10 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after 10 s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !poll(10*time.Second, cond) {
+		t.Fatalf("still not %s after 10 s", what)
 	}
+}
+
+// poll calls cond until it holds or d has passed, and reports whether it
+// held. Tests poll where a call was answered at a quorum and a node may
+// still be doing its part.
+func poll(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // serverInfo reads an INFO section through rdb.

@@ -65,23 +65,6 @@ func acquireWithin(t *testing.T, rl *lockcore.Redlock, req lockcore.AcquireReque
 	}
 }
 
-// heldEverywhere waits, for up to 10 s, until every node holds resource
-// for lease: a call is answered at the first quorum, and on a loaded
-// machine a node can answer after the grace. The test then checks what
-// each node holds.
-func heldEverywhere(t *testing.T, nodes []lockcore.Node, resource, lease string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, n := range nodes {
-		for {
-			if l, err := n.Inspect(context.Background(), resource); (err == nil && l.Lease == lease) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-}
-
 func TestRedlockBasics(t *testing.T) {
 	for _, n := range []int{1, 3, 5} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
@@ -97,7 +80,7 @@ func TestRedlockBasics(t *testing.T) {
 			if lease.Token < 1 || lease.Reentered || lease.Validity <= 0 || lease.Validity >= ttl || !lockcore.ValidLeaseID(lease.ID) {
 				t.Fatalf("lease = %+v", lease)
 			}
-			heldEverywhere(t, rl.Nodes(), "basics", lease.ID)
+			holdEverywhere(t, rl.Nodes(), "basics", lease.ID)
 			for i, node := range rl.Nodes() {
 				l, err := node.Inspect(ctx, "basics")
 				if err != nil || !l.Found || l.Lease != lease.ID || l.Token != lease.Token || l.Owner != "it-worker" {
@@ -497,7 +480,7 @@ func TestRedlockExpiredLeaseCannotTouchTheNextHolder(t *testing.T) {
 	if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "expire", LeaseID: old.ID}); !errors.Is(err, lockcore.ErrHeldByOther) {
 		t.Fatalf("old lease releases: err = %v, want ErrHeldByOther", err)
 	}
-	heldEverywhere(t, rl.Nodes(), "expire", newer.ID)
+	holdEverywhere(t, rl.Nodes(), "expire", newer.ID)
 	for i, node := range rl.Nodes() {
 		l, err := node.Inspect(ctx, "expire")
 		if err != nil || l.Lease != newer.ID || l.Token != newer.Token || l.TTL != 20*time.Second || l.Remaining < 10*time.Second {

@@ -261,6 +261,9 @@ func TestAStaleRepairDoesNotEndALaterQuarantine(t *testing.T) {
 		t.Fatalf("the set-up took longer than r's lease (%v): the acquisition below would prove nothing", held.Validity)
 	}
 	if l, err := b.Acquire(actx, lockcore.AcquireRequest{Resource: "r", TTL: 2 * time.Second}); err == nil {
+		if time.Now().After(held.Expires) {
+			t.Fatalf("r's lease ran out during the acquisition below (granted token %d): it proves nothing", l.Token)
+		}
 		t.Errorf("lock r held with token %d (live) granted again with token %d", held.Token, l.Token)
 	} else {
 		t.Logf("second acquire: %v", err)
