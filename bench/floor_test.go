@@ -48,16 +48,30 @@ func (s *floorServer) lease() string {
 	return "floor-lease-" + strconv.FormatUint(s.next, 10)
 }
 
-func (s *floorServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// route answers /readyz and every path outside /locks/ itself, and returns
+// the lock's name of a request it leaves to the server.
+func route(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name, ok := strings.CutPrefix(r.URL.Path, "/locks/")
 	switch {
 	case r.URL.Path == "/readyz":
 		w.WriteHeader(http.StatusOK)
+		return "", false
 	case !ok:
 		http.NotFound(w, r)
-	case r.Method == http.MethodPut:
+		return "", false
+	}
+	return name, true
+}
+
+func (s *floorServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, ok := route(w, r)
+	if !ok {
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
 		s.acquire(w, r, name)
-	case r.Method == http.MethodDelete:
+	case http.MethodDelete:
 		s.mu.Lock()
 		found := s.release(name, r.Header.Get("Lease-Id"))
 		s.mu.Unlock()

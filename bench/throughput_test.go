@@ -43,6 +43,9 @@ import (
 //   - lockgate-embedded: the same over one memnode (no Redis);
 //   - http-floor: an HTTP lock server that does no lock work (a map and a
 //     FIFO in memory, floor_test.go), for what HTTP alone costs here;
+//   - http-redsync: redsync-3 behind the http-floor's net/http server
+//     (redsyncfloor_test.go), for what serving redsync's own lock work
+//     over HTTP costs here; uncontended scenarios only;
 //   - redsync-3: redsync/v4 in-process over the three servers, default
 //     options;
 //   - redislock-1: bsm/redislock in-process over the first server;
@@ -85,7 +88,7 @@ import (
 // LOCKGATE_BENCH_WINDOW), and a fresh gateway; the servers are flushed
 // between cases.
 
-var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow"}
+var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "http-redsync", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow"}
 
 // slowScenarios are the scenarios the -slow targets run in: lockgate-3 and
 // redsync-3 with the third server behind a proxy that delays every reply by
@@ -187,6 +190,8 @@ func (e *thrEnv) newTarget(tb testing.TB, name string) thrTarget {
 		return newLockgateOn(tb, nil, true)
 	case "http-floor":
 		return newFloorPeer()
+	case "http-redsync":
+		return newRedsyncServerPeer(e.c.clients)
 	case "redsync-3":
 		return newRedsync(e.c)
 	case "redislock-1":
@@ -877,7 +882,7 @@ func TestThroughput(t *testing.T) {
 		for _, sc := range scenarios {
 			for j := range thrTargets {
 				name := thrTargets[(j+round)%len(thrTargets)]
-				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) {
+				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) || (name == "http-redsync" && sc.contended) {
 					continue
 				}
 				k := thrKey{name, sc}
@@ -1130,35 +1135,52 @@ func (run *thrRun) report() string {
 }
 
 // floorReport writes what HTTP alone allows: the http-floor target (a lock
-// server that does no lock work, floor_test.go) beside redsync-3 and
-// lockgate-3, pooled over the rounds. No HTTP lock service on this machine
-// can do better than the floor, so a target that the floor misses is out of
-// reach over HTTP here.
+// server that does no lock work, floor_test.go) and the http-redsync target
+// (redsync behind the same server, redsyncfloor_test.go) beside redsync-3
+// and lockgate-3, pooled over the rounds. No HTTP lock service on this
+// machine can do better than the floor, so a target that the floor misses
+// is out of reach over HTTP here; http-redsync is what serving redsync's own
+// lock work costs.
 func (run *thrRun) floorReport(b *strings.Builder) {
 	if run.pairs[thrKey{"http-floor", scenario{false, 1}}] == nil || run.pairs[thrKey{"redsync-3", scenario{false, 1}}] == nil {
 		return
 	}
-	b.WriteString("\nWhat HTTP alone allows (http-floor: the same HTTP client and net/http server, a lock that is a map and a FIFO in memory, no lock work; pooled; not a target, a bound on any lock served over HTTP here):\n\n")
-	b.WriteString("| scenario | measure | http-floor | redsync-3 | lockgate-3 | floor ÷ redsync | lockgate ÷ floor |\n|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\nWhat HTTP alone allows (http-floor: the same HTTP client and net/http server, a lock that is a map and a FIFO in memory, no lock work; http-redsync: redsync-3 behind that server; pooled; not targets, bounds on a lock served over HTTP here):\n\n")
+	b.WriteString("| scenario | measure | http-floor | http-redsync | redsync-3 | lockgate-3 | floor ÷ redsync | http-redsync ÷ redsync | lockgate ÷ floor |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, sc := range scenarios {
-		f, z, l := thrKey{"http-floor", sc}, thrKey{"redsync-3", sc}, thrKey{"lockgate-3", sc}
+		f, h, z, l := thrKey{"http-floor", sc}, thrKey{"http-redsync", sc}, thrKey{"redsync-3", sc}, thrKey{"lockgate-3", sc}
 		switch {
 		case sc.contended && run.cont[f] != nil && run.cont[z] != nil && run.cont[l] != nil:
 			a, r, g := run.cont[f], run.cont[z], run.cont[l]
-			fmt.Fprintf(b, "| %s | acquisitions/s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", sc, a.rate(), r.rate(), g.rate(),
+			fmt.Fprintf(b, "| %s | acquisitions/s | %.0f | – | %.0f | %.0f | %.2f | – | %.2f |\n", sc, a.rate(), r.rate(), g.rate(),
 				ratio(a.rate(), r.rate()), ratio(g.rate(), a.rate()))
-			fmt.Fprintf(b, "| %s | idle p50 ms | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, ms(pct(a.idle, 50)), ms(pct(r.idle, 50)),
+			fmt.Fprintf(b, "| %s | idle p50 ms | %.3f | – | %.3f | %.3f | %.2f | – | %.2f |\n", sc, ms(pct(a.idle, 50)), ms(pct(r.idle, 50)),
 				ms(pct(g.idle, 50)), ratio(ms(pct(a.idle, 50)), ms(pct(r.idle, 50))), ratio(ms(pct(g.idle, 50)), ms(pct(a.idle, 50))))
 		case !sc.contended && run.pairs[f] != nil && run.pairs[z] != nil && run.pairs[l] != nil:
 			a, r, g := run.pairs[f], run.pairs[z], run.pairs[l]
-			if sc.c == 1 {
-				fmt.Fprintf(b, "| %s | acquire p50 ms | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, ms(pct(a.Acq, 50)), ms(pct(r.Acq, 50)),
-					ms(pct(g.Acq, 50)), ratio(ms(pct(a.Acq, 50)), ms(pct(r.Acq, 50))), ratio(ms(pct(g.Acq, 50)), ms(pct(a.Acq, 50))))
+			hr := run.pairs[h]
+			// row writes one measure; a ratio to a zero (the floor uses no
+			// Redis) is shown as –.
+			row := func(what, format string, get func(*pairResult) float64) {
+				q := func(x, y float64) string {
+					if y == 0 {
+						return "–"
+					}
+					return fmt.Sprintf("%.2f", x/y)
+				}
+				hv, hz := "–", "–"
+				if hr != nil {
+					hv, hz = fmt.Sprintf(format, get(hr)), q(get(hr), get(r))
+				}
+				fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc, what, fmt.Sprintf(format, get(a)), hv,
+					fmt.Sprintf(format, get(r)), fmt.Sprintf(format, get(g)), q(get(a), get(r)), hz, q(get(g), get(a)))
 			}
-			fmt.Fprintf(b, "| %s | pairs/s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", sc, a.rate(), r.rate(), g.rate(),
-				ratio(a.rate(), r.rate()), ratio(g.rate(), a.rate()))
-			fmt.Fprintf(b, "| %s | bench process CPU s per 1,000 pairs | %.3f | %.3f | %.3f | %.2f | %.2f |\n", sc, a.perK(a.CPU.self),
-				r.perK(r.CPU.self), g.perK(g.CPU.self), ratio(a.perK(a.CPU.self), r.perK(r.CPU.self)), ratio(g.perK(g.CPU.self), a.perK(a.CPU.self)))
+			if sc.c == 1 {
+				row("acquire p50 ms", "%.3f", func(p *pairResult) float64 { return ms(pct(p.Acq, 50)) })
+			}
+			row("pairs/s", "%.0f", (*pairResult).rate)
+			row("bench process CPU s per 1,000 pairs", "%.3f", func(p *pairResult) float64 { return p.perK(p.CPU.self) })
+			row("redis-server CPU s per 1,000 pairs", "%.3f", func(p *pairResult) float64 { return p.perK(p.CPU.redis) })
 		}
 	}
 }

@@ -36,3 +36,11 @@ func Pending(r *Redlock) int {
 	defer r.bg.mu.Unlock()
 	return r.bg.n
 }
+
+// Callers returns how many goroutines r keeps for its node calls, parked or
+// busy (see callers).
+func Callers(r *Redlock) int { return int(r.callers.live.Load()) }
+
+// SetMaxCallers sets how many goroutines r keeps parked at most. Call it
+// before r is used.
+func SetMaxCallers(r *Redlock, n int) { r.callers.maxIdle = int32(n) }

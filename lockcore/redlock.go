@@ -131,6 +131,7 @@ type Redlock struct {
 	lates   lateLeases // acquisitions answered with calls still under way
 	bg      background // rounds whose late answers are being acted on
 	pace    pace       // which nodes the rounds' graces wait for
+	callers *callers   // the goroutines that make the rounds' node calls
 	// unheard holds, by node, the error a round's result holds until the
 	// node answers (errUnheard): made once, shared by every round.
 	unheard []error
@@ -164,6 +165,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	r.calls = observeNodes(r.nodes, o.Observer)
 	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
 	r.pace.graceMin = graceMin
+	r.callers = newCallers(maxCallers)
 	return r, nil
 }
 
@@ -1367,10 +1369,13 @@ func (r *Redlock) quarantine() time.Duration {
 // checkTimeout bounds one node's Check.
 func (r *Redlock) checkTimeout() time.Duration { return max(4*r.opt.NodeTimeout, 250*time.Millisecond) }
 
-// Close ends every wait in progress with ErrClosed and stops checking the
-// nodes. Later Acquire calls with a wait fail with ErrClosed; other calls
-// still work, but a node that loses data after Close is no longer found.
+// Close ends every wait in progress with ErrClosed, stops checking the
+// nodes and lets go of the goroutines kept for node calls. Later Acquire
+// calls with a wait fail with ErrClosed; other calls still work (each node
+// call on a goroutine of its own), but a node that loses data after Close
+// is no longer found.
 func (r *Redlock) Close() {
 	r.waits.close()
 	r.guard.close()
+	r.callers.close()
 }
