@@ -41,6 +41,10 @@ func Pending(r *Redlock) int {
 // busy (see callers).
 func Callers(r *Redlock) int { return int(r.callers.live.Load()) }
 
-// SetMaxCallers sets how many goroutines r keeps parked at most. Call it
-// before r is used.
-func SetMaxCallers(r *Redlock, n int) { r.callers.maxIdle = int32(n) }
+// KeepCallers makes r keep goroutines for its node calls, at most max of
+// them, also in a race build (see callers). Call it before r is used.
+func KeepCallers(r *Redlock, max int) { r.callers.keep, r.callers.max = true, int32(max) }
+
+// RaceBuild reports whether the package was built with -race, where rounds
+// keep no goroutines for node calls unless KeepCallers says so.
+const RaceBuild = raceBuild

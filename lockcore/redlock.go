@@ -165,7 +165,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	r.calls = observeNodes(r.nodes, o.Observer)
 	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
 	r.pace.graceMin = graceMin
-	r.callers = newCallers(maxCallers)
+	r.callers = newCallers(maxCallers, !raceBuild)
 	return r, nil
 }
 
@@ -1370,10 +1370,11 @@ func (r *Redlock) quarantine() time.Duration {
 func (r *Redlock) checkTimeout() time.Duration { return max(4*r.opt.NodeTimeout, 250*time.Millisecond) }
 
 // Close ends every wait in progress with ErrClosed, stops checking the
-// nodes and lets go of the goroutines kept for node calls. Later Acquire
-// calls with a wait fail with ErrClosed; other calls still work (each node
-// call on a goroutine of its own), but a node that loses data after Close
-// is no longer found.
+// nodes and lets go of the goroutines kept for node calls (up to 256 stay
+// parked between calls until then). Later Acquire calls with a wait fail
+// with ErrClosed; other calls still work (their node calls on goroutines
+// that are not kept), but a node that loses data after Close is no longer
+// found. Close may be called more than once.
 func (r *Redlock) Close() {
 	r.waits.close()
 	r.guard.close()

@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	if err != nil {
 		return err
 	}
+	defer locker.Close() // on every return; the shutdown below closes it first
 	names := make([]string, len(nodes))
 	for i, n := range nodes {
 		names[i] = n.String()

@@ -15,6 +15,21 @@ import (
 // however many goroutines there are. The count is a snapshot: it may change
 // as soon as Count returns.
 func Count(state, fn string) int {
+	_, n := count(state, fn)
+	return n
+}
+
+// Except returns how many goroutines are not counted by Count(state, fn),
+// from the same dump: a test's baseline that leaves out goroutines kept by
+// design.
+func Except(state, fn string) int {
+	all, n := count(state, fn)
+	return all - n
+}
+
+// count returns how many goroutines one dump shows, and how many of them
+// are in state and have fn in their stack.
+func count(state, fn string) (all, matched int) {
 	buf := make([]byte, 1<<16)
 	for {
 		n := runtime.Stack(buf, true)
@@ -24,11 +39,11 @@ func Count(state, fn string) int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
+		all++
 		if strings.Contains(g, state) && strings.Contains(g, fn) {
-			count++
+			matched++
 		}
 	}
-	return count
+	return all, matched
 }

@@ -1,0 +1,7 @@
+//go:build race
+
+package lockcore
+
+// raceBuild: built with -race, where rounds start a goroutine per node call
+// instead of handing calls to kept goroutines (see callers).
+const raceBuild = true
