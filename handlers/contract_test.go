@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -243,7 +244,7 @@ func TestValidationAnswersAsValidateRequest(t *testing.T) {
 							if err != nil {
 								t.Fatalf("%+v: %v", vc, err)
 							}
-							got := c.validate(req, route, params)
+							got := c.validate(req, route, params, []byte(vc.body))
 							checked++
 							if (got == nil) != (want == nil) || (got != nil && got.Error() != want.Error()) {
 								failed++
@@ -304,5 +305,80 @@ func TestAlwaysMet(t *testing.T) {
 				t.Errorf("%s: openapi3filter refuses: %v", tt.name, err)
 			}
 		}
+	}
+}
+
+// TestPassedBodiesAreRememberedPerOperation checks the body check's memory
+// (passed): a body is remembered only for the operation it passed, only if
+// it passed, only when sent as exactly application/json and short enough,
+// and never more than maxPassed bodies at once.
+func TestPassedBodiesAreRememberedPerOperation(t *testing.T) {
+	c, err := newContract(lockgate.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = "lease-A-0123456789abcdef"
+	check := func(method, body, ct string) (*passed, error) {
+		t.Helper()
+		vc := validationCase{method: method, path: "/locks/a", body: body, hdr: map[string][]string{}}
+		if method == http.MethodPatch {
+			vc.hdr["Lease-Id"] = []string{lease}
+		}
+		req := vc.request(false)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		route, params, err := c.router.FindRoute(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &c.ops[route.Operation].passed, c.validate(req, route, params, []byte(body))
+	}
+	put, patch := http.MethodPut, http.MethodPatch
+
+	// wait_ms is an acquire's field, not an extend's.
+	const waits = `{"wait_ms":5}`
+	if p, err := check(put, waits, ""); err != nil || p.len() != 1 {
+		t.Fatalf("PUT %s: %v, %d remembered; want it passed and remembered", waits, err, p.len())
+	}
+	if p, err := check(patch, waits, ""); err == nil || p.len() != 0 {
+		t.Fatalf("PATCH %s: %v, %d remembered; want it refused (another operation's body)", waits, err, p.len())
+	}
+	// A body that failed fails again, and is not remembered.
+	for range 2 {
+		if p, err := check(put, `{"ttl_ms":0}`, ""); err == nil || p.len() != 1 {
+			t.Fatalf(`PUT {"ttl_ms":0}: %v, %d remembered; want it refused, nothing more remembered`, err, p.len())
+		}
+	}
+	// Only exactly application/json, and only short bodies.
+	if p, err := check(put, `{"ttl_ms":1000}`, "application/json; charset=utf-8"); err != nil || p.len() != 1 {
+		t.Fatalf("with charset: %v, %d remembered; want it passed, not remembered", err, p.len())
+	}
+	long := `{"owner":"` + strings.Repeat("o", maxPassedLen) + `"}`
+	if p, err := check(put, long, ""); err != nil || p.len() != 1 {
+		t.Fatalf("a %d-byte body: %v, %d remembered; want it passed, not remembered", len(long), err, p.len())
+	}
+	// Bounded.
+	most := 0
+	for i := range 2*maxPassed + 10 {
+		p, err := check(put, `{"ttl_ms":`+strconv.Itoa(1000+i)+`}`, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, p.len())
+	}
+	if most != maxPassed {
+		t.Fatalf("at most %d bodies remembered, want %d", most, maxPassed)
+	}
+	// A remembered body still passes, and its operation's other checks
+	// still run: a PATCH without its Lease-Id is refused.
+	if _, err := check(patch, `{"ttl_ms":1000}`, ""); err != nil {
+		t.Fatal(err)
+	}
+	vc := validationCase{method: patch, path: "/locks/a", body: `{"ttl_ms":1000}`}
+	req := vc.request(false)
+	route, params, _ := c.router.FindRoute(req)
+	if err := c.validate(req, route, params, []byte(vc.body)); err == nil {
+		t.Fatal("a PATCH without Lease-Id passed once its body was remembered")
 	}
 }
