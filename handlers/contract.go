@@ -86,6 +86,13 @@ type operation struct {
 // most maxPassed of them and, when full, starts again empty. A body that
 // failed is never remembered: its problem is worked out each time.
 //
+// It remembers a path parameter's values the same way (a resource's name,
+// still escaped as the route finder hands it on): what
+// openapi3filter.ValidateParameter answers of a path parameter depends only
+// on the parameter and that value. That took the same benchmark on from 96
+// to 86 allocations and its CPU per operation down by another 4 % (median
+// of 8 alternations).
+//
 // Clients send the same few bodies again and again ({"ttl_ms":30000}); a
 // body check decodes the JSON into a generic value and walks the schema.
 // Remembering them took BenchmarkAcquireRelease (an acquire and a release
@@ -98,15 +105,38 @@ type passed struct {
 }
 
 const (
-	// maxPassedLen bounds the bodies passed remembers: a body with both
-	// numbers, a lease id of up to 128 bytes and an owner label of up to 64
-	// fits.
+	// maxPassedLen bounds the bodies and values passed remembers: a body
+	// with both numbers, a lease id of up to 128 bytes and an owner label
+	// of up to 64 fits, and so does every resource name not escaped.
 	maxPassedLen = 256
-	// maxPassed bounds how many it remembers per operation: at most
-	// maxPassed × maxPassedLen bytes of keys (256 KB).
+	// maxPassed bounds how many it remembers per operation or parameter:
+	// at most maxPassed × maxPassedLen bytes of keys (256 KB).
 	maxPassed = 1024
 )
 
+// hasValue reports whether v is remembered.
+func (p *passed) hasValue(v string) bool {
+	p.mu.RLock()
+	_, ok := p.m[v]
+	p.mu.RUnlock()
+	return ok
+}
+
+// addValue remembers v, unless it is longer than maxPassedLen; when full,
+// passed starts again empty.
+func (p *passed) addValue(v string) {
+	if len(v) > maxPassedLen {
+		return
+	}
+	p.mu.Lock()
+	if p.m == nil || len(p.m) >= maxPassed {
+		p.m = make(map[string]struct{}, 64)
+	}
+	p.m[v] = struct{}{}
+	p.mu.Unlock()
+}
+
+// has reports whether body is remembered.
 func (p *passed) has(body []byte) bool {
 	p.mu.RLock()
 	_, ok := p.m[string(body)] // no copy for the look-up
@@ -114,16 +144,10 @@ func (p *passed) has(body []byte) bool {
 	return ok
 }
 
-func (p *passed) add(body []byte) {
-	p.mu.Lock()
-	if p.m == nil || len(p.m) >= maxPassed {
-		p.m = make(map[string]struct{}, 64)
-	}
-	p.m[string(body)] = struct{}{}
-	p.mu.Unlock()
-}
+// add remembers body, unless it is longer than maxPassedLen.
+func (p *passed) add(body []byte) { p.addValue(string(body)) }
 
-// len is how many bodies are remembered (tests).
+// len is how many bodies or values are remembered (tests).
 func (p *passed) len() int {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -138,6 +162,10 @@ type param struct {
 	header string
 	// skipAbsent: absent, the parameter passes (see absent).
 	skipAbsent bool
+	// passed, for a path parameter, remembers the values that passed (see
+	// passed); nil for the others: a header's values (lease ids, tokens)
+	// rarely repeat, and a lease id is a secret not to be kept.
+	passed *passed
 }
 
 // newOperation works out what is checked of op's requests (see operation).
@@ -190,8 +218,11 @@ func alwaysMet(doc *openapi3.T, reqs openapi3.SecurityRequirements) bool {
 // passes it whenever the request lacks it (see absent).
 func newParam(p *openapi3.Parameter) param {
 	pp := param{p: p}
-	if p.In == openapi3.ParameterInHeader {
+	switch p.In {
+	case openapi3.ParameterInHeader:
 		pp.header = http.CanonicalHeaderKey(p.Name)
+	case openapi3.ParameterInPath:
+		pp.passed = &passed{}
 	}
 	if p.Required || p.Content != nil || p.Schema == nil || p.Schema.Value == nil {
 		return pp
@@ -249,10 +280,20 @@ func (c *contract) validate(r *http.Request, route *routers.Route, params map[st
 		return openapi3filter.ValidateRequest(r.Context(), in)
 	}
 	for i := range op.params {
-		if p := &op.params[i]; !p.absent(r) {
-			if err := openapi3filter.ValidateParameter(r.Context(), in, p.p); err != nil {
-				return err
-			}
+		p := &op.params[i]
+		if p.absent(r) {
+			continue
+		}
+		v, memo := params[p.p.Name]
+		memo = memo && p.passed != nil
+		if memo && p.passed.hasValue(v) {
+			continue
+		}
+		if err := openapi3filter.ValidateParameter(r.Context(), in, p.p); err != nil {
+			return err
+		}
+		if memo {
+			p.passed.addValue(v)
 		}
 	}
 	if op.body == nil {

@@ -382,3 +382,54 @@ func TestPassedBodiesAreRememberedPerOperation(t *testing.T) {
 		t.Fatal("a PATCH without Lease-Id passed once its body was remembered")
 	}
 }
+
+// TestPassedResourceNames checks the memory of a path parameter's values:
+// only values that passed, bounded.
+func TestPassedResourceNames(t *testing.T) {
+	c, err := newContract(lockgate.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(path string) (*passed, error) {
+		t.Helper()
+		req := validationCase{method: http.MethodGet, path: path}.request(false)
+		route, params, err := c.router.FindRoute(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p *passed
+		for _, prm := range c.ops[route.Operation].params {
+			if prm.p.Name == "resource" {
+				p = prm.passed
+			}
+		}
+		if p == nil {
+			t.Fatal("the resource parameter has no memory")
+		}
+		return p, c.validate(req, route, params, nil)
+	}
+	if p, err := check("/locks/a"); err != nil || p.len() != 1 {
+		t.Fatalf("/locks/a: %v, %d remembered; want it passed and remembered", err, p.len())
+	}
+	for range 2 {
+		if p, err := check("/locks/bad!"); err == nil || p.len() != 1 {
+			t.Fatalf("/locks/bad!: %v, %d remembered; want it refused, nothing more remembered", err, p.len())
+		}
+	}
+	// The longest name the contract allows fits (an escaped one does not
+	// pass: openapi3filter checks the value as the path has it).
+	if p, err := check("/locks/" + strings.Repeat("n", 200)); err != nil || p.len() != 2 {
+		t.Fatalf("a 200-byte name: %v, %d remembered; want it passed and remembered", err, p.len())
+	}
+	most := 0
+	for i := range 2*maxPassed + 10 {
+		p, err := check("/locks/r-" + strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, p.len())
+	}
+	if most != maxPassed {
+		t.Fatalf("at most %d names remembered, want %d", most, maxPassed)
+	}
+}
