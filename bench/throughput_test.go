@@ -958,7 +958,8 @@ func (run *thrRun) report() string {
 	if run.etcdErr != nil {
 		etcd = "etcd " + run.etcdErr.Error()
 	}
-	fmt.Fprintf(&b, "%s; %d CPUs (GOMAXPROCS %d); %s.\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), etcd)
+	fmt.Fprintf(&b, "%s; %d CPUs (GOMAXPROCS %d, %s); Linux %s; %s.\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0),
+		cpuModel(), kernelRelease(), etcd)
 
 	b.WriteString("Uncontended (each worker its own resource; CPU: seconds per 1,000 pairs; bench process = the in-process gateway or client library and the load generator together):\n\n")
 	b.WriteString("| target | C | pairs/s | acquire p50 ms | acquire p99 ms | release p50 ms | release p99 ms | errors | bench process CPU | redis-server CPU (3 summed) | etcd CPU |\n")
@@ -1190,3 +1191,27 @@ func (run *thrRun) floorReport(b *strings.Builder) {
 }
 
 func mib(x float64) float64 { return x / (1 << 20) }
+
+// cpuModel is the processor's name as /proc/cpuinfo gives it: the machine
+// under the same name may change between runs, and its speed with it.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "processor unknown"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "processor unknown"
+}
+
+// kernelRelease is the running kernel's release.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "release unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
