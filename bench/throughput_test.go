@@ -958,7 +958,7 @@ func (run *thrRun) report() string {
 	if run.etcdErr != nil {
 		etcd = "etcd " + run.etcdErr.Error()
 	}
-	fmt.Fprintf(&b, "%s; %d CPUs (GOMAXPROCS %d, %s); Linux %s; %s.\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0),
+	fmt.Fprintf(&b, "%s; %d CPUs (GOMAXPROCS %d); %s; kernel %s; %s.\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0),
 		cpuModel(), kernelRelease(), etcd)
 
 	b.WriteString("Uncontended (each worker its own resource; CPU: seconds per 1,000 pairs; bench process = the in-process gateway or client library and the load generator together):\n\n")
@@ -1192,8 +1192,9 @@ func (run *thrRun) floorReport(b *strings.Builder) {
 
 func mib(x float64) float64 { return x / (1 << 20) }
 
-// cpuModel is the processor's name as /proc/cpuinfo gives it: the machine
-// under the same name may change between runs, and its speed with it.
+// cpuModel is the processor's name as /proc/cpuinfo gives it (x86 Linux;
+// elsewhere "processor unknown"): the machine under the same name may change
+// between runs, and its speed with it.
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
@@ -1207,11 +1208,11 @@ func cpuModel() string {
 	return "processor unknown"
 }
 
-// kernelRelease is the running kernel's release.
+// kernelRelease is the running Linux kernel's release, or "unknown".
 func kernelRelease() string {
 	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {
-		return "release unknown"
+		return "unknown"
 	}
 	return strings.TrimSpace(string(b))
 }

@@ -81,10 +81,20 @@ type operation struct {
 // that the same bytes sent again are not decoded and checked again: what
 // openapi3filter.ValidateRequestBody answers depends only on the operation's
 // request body, the request's Content-Type, the options (validationOptions,
-// the same for every request) and the bytes. It is used only for bodies sent
-// as exactly application/json and of at most maxPassedLen bytes, holds at
-// most maxPassed of them and, when full, starts again empty. A body that
-// failed is never remembered: its problem is worked out each time.
+// the same for every request), the bytes, and what is fixed for the process
+// (the document, kin-openapi's settings). It is used only for bodies sent as
+// exactly application/json and of at most maxPassedLen bytes, holds at most
+// maxPassed of them and, when full, starts again empty. A body that failed
+// is never remembered: its problem is worked out each time. A skipped check
+// also skips openapi3filter's rewriting of the request's body (defaults
+// filled in), which enforce undoes anyway: the handler reads the bytes sent.
+//
+// Clients send the same few bodies again and again ({"ttl_ms":30000}); a
+// body check decodes the JSON into a generic value and walks the schema.
+// Remembering them took BenchmarkAcquireRelease (an acquire and a release
+// over three memnodes) from 11.5 to 9.4 KB and from 119 to 96 allocations,
+// and its CPU per operation down by 13 % (the two builds alternating 8
+// times on 2026-11-26, the median of the 8 ratios; BENCHMARKS.md).
 //
 // It remembers a path parameter's values the same way (a resource's name,
 // still escaped as the route finder hands it on): what
@@ -93,12 +103,10 @@ type operation struct {
 // to 86 allocations and its CPU per operation down by another 4 % (median
 // of 8 alternations).
 //
-// Clients send the same few bodies again and again ({"ttl_ms":30000}); a
-// body check decodes the JSON into a generic value and walks the schema.
-// Remembering them took BenchmarkAcquireRelease (an acquire and a release
-// over three memnodes) from 11.5 to 9.4 KB and from 119 to 96 allocations,
-// and its CPU per operation down by 13 % (the two builds alternating 8
-// times on 2026-11-26, the median of the 8 ratios; BENCHMARKS.md).
+// A request whose body or name is not remembered pays for the check as
+// before, plus a write lock to remember it; when clients send many
+// different names or owners, the memory keeps starting again and most
+// requests pay that.
 type passed struct {
 	mu sync.RWMutex
 	m  map[string]struct{}
@@ -106,8 +114,8 @@ type passed struct {
 
 const (
 	// maxPassedLen bounds the bodies and values passed remembers: a body
-	// with both numbers, a lease id of up to 128 bytes and an owner label
-	// of up to 64 fits, and so does every resource name not escaped.
+	// with both numbers and an owner label of up to about 200 bytes fits,
+	// and so does every resource name the contract allows (at most 200).
 	maxPassedLen = 256
 	// maxPassed bounds how many it remembers per operation or parameter:
 	// at most maxPassed × maxPassedLen bytes of keys (256 KB).
