@@ -116,29 +116,53 @@
 // also grant a lock it had already granted to a live holder. So a node that
 // lost data must count for nothing until it is repaired:
 //
-//  5. Detection. A node keeps its counters only once initialized (Repair); a
-//     lock script that finds its slot's counter missing changes nothing and
-//     fails with ErrQuarantined, so a node that restarted empty refuses at
-//     once, whichever gateway asks. Every node also keeps a heartbeat that
-//     every check increments: a heartbeat lower than one a gateway saw before
-//     means the node went back to an older copy. A new server process behind
-//     the address makes the node untrusted until its next check, which
-//     accepts the restart only when the node syncs every write before
-//     answering (Redis: appendonly yes, appendfsync always): such a node lost
-//     nothing and is not quarantined. Node.Check reports all this.
+//  5. Detection, by the node's own record. A node serves only while a
+//     record in its own data names the server process it was last
+//     recovered or initialized for (Redis: its run id, which every new
+//     process draws anew). A restart, a restore from an older copy, a
+//     replica promoted behind the node's address (the record was
+//     replicated from the old primary), another node's data files, a
+//     flush: each leaves a process that the record does not name, or no
+//     record, and every gateway's check finds that, whether it watched
+//     the node for hours or started a second ago (Node.Check is a function
+//     of what the node holds and which process answers, nothing else). A
+//     loss is never forgotten: the record stays wrong until a recovery
+//     rewrites it, however many quarantines fail. A lock script that finds
+//     its slot's counter missing changes nothing and fails with
+//     ErrQuarantined, and a gateway's connection that finds a process
+//     other than the one its last check found makes it stop using the node
+//     until its next check. A node whose maxmemory-policy may evict keys
+//     does not serve, and loses its record, so it recovers before it
+//     serves again.
 //  6. Quarantine. A node found lost is quarantined (Node.Quarantine): every
 //     lock operation on it fails with ErrQuarantined and changes nothing,
-//     for every gateway, since the mark is kept on the node, per slot.
-//  7. Repair. Once the quarantine has lasted longer than the largest TTL
-//     (MaxTTL, its drift allowance and a node timeout, on the node's own
-//     clock), the guard reads every slot's counter from a quorum of the
-//     other nodes in service, raises the node's counters to the maximum
-//     (Node.Repair) and puts it back. A quorum of the others shares a node
-//     with the majority of step 3 for every token granted so far, so the
-//     repaired node holds a counter ≥ every such token: it rejoins that
-//     majority. Any lock it had granted before the loss has expired by then,
-//     unless a quorum of the other nodes kept extending it, in which case
-//     every later quorum meets that lock anyway.
+//     for every gateway, since the mark is kept on the node, per slot. The
+//     quarantine names the process it was begun for: a copy of a
+//     quarantined node loaded by another process is quarantined anew.
+//  7. Recovery, from the other nodes. A quarantined node is recovered at
+//     once when recoverNeed = n − quorum + 1 other nodes are in service
+//     (with 3 nodes both others, with 5 three of the other four; one node
+//     alone never): the guard reads every lock they hold and every slot's
+//     counter, the node takes in the locks (Adopter: a lock held for one
+//     lease on any of them is held for it, with its remaining TTL; two
+//     leases on one name hold it for neither until both would have
+//     expired) and raises its counters to the maximum (Node.Repair), and
+//     only then is its record rewritten for its process. Why enough: a
+//     lock that holds a quorum, or a token fenced on a quorum, is on at
+//     least quorum − 1 nodes other than the lost one; the other nodes
+//     number n − 1, so any n − quorum + 1 of them include one of those.
+//     Locks granted while the node is out are granted without it, on a
+//     quorum of the others. With fewer nodes to read, the quarantine lasts
+//     longer than any lock the node held can have lived on (MaxTTL, its
+//     drift allowance and a node timeout, on the node's own clock); then
+//     its counters are raised to the maximum of the other nodes in service
+//     (and to the clock floor below when fewer than recoverNeed answer).
+//
+// Safety therefore comes from the other nodes, not from each node's disk: a
+// node that lost the tail of its writes (appendfsync everysec, or no AOF
+// at all) recovers as an empty one does. What a node's persistence still
+// buys is availability: a majority that restarts at once has nobody to
+// recover from and waits out the quarantine.
 //
 // Why this is enough: call S(t) the nodes in service whose counter is ≥ t,
 // and U all nodes in service. Fencing (step 3) makes |S(t)| ≥ quorum when t
@@ -148,7 +172,22 @@
 // a node of S(t), and step 4 holds. This is true however the losses move
 // from node to node over time, provided a majority of the nodes is up and
 // has not lost data since it was last repaired at every moment, and every
-// loss is detected (step 5) before the lost node's answers count.
+// loss is detected (step 5) before the lost node's answers count. Locks
+// follow the same count: H(L), the nodes in service that hold a live lock
+// L, is a quorum when L is granted; a loss removes the node from H(L) and
+// from U alike, and a recovery adds it to both (step 7), so no other lease
+// finds a quorum of nodes in service without L while L lives.
+//
+// The tests that fail when a step is taken out (package redisnode, each
+// run with the protection off too, where the fault must show):
+// TestARestoreIsNotTrustedWhenItsQuarantineFails and
+// TestARestoreNoRunningGatewaySaw (the record, step 5, against a failed
+// quarantine and a gateway that never saw the node),
+// TestAnEverysecCrashLosesItsTail, TestAnotherNodesDataBehindAnAddress
+// and TestAFailoverToALaggingReplica (the run id in the record),
+// TestANodeThatMayEvictIsNotCounted (the eviction policy),
+// TestARecoveryNeedsAllButAMinority (recoverNeed) and
+// TestAnEmptyRestartRecoversFromTheOthers (the locks taken in, step 7).
 //
 // A new cluster, in which no node that answers was ever initialized (and at
 // least a quorum answers), is initialized at once with zero counters, unless
@@ -200,26 +239,20 @@
 // service stops the paused holder from acting afterwards. Redlock also
 // assumes bounded clock drift between nodes. Beyond that:
 //
-//   - A majority of the nodes losing data at once is not survived: if none
-//     of the nodes that answer remembers being initialized, they look like a
-//     new cluster and tokens start again (unless this gateway saw them, or
-//     another node, initialized, in which case they are quarantined and
-//     repaired from the clock floor; a gateway that finds one node
-//     initialized quarantines the empty ones at once, after which they look
-//     initialized to every gateway).
-//   - A restore from an older copy is found only by a gateway that saw the
-//     node's heartbeat before (gateways remember it in memory); all
-//     gateways restarting together forget it. A repair decided on a
-//     quarantine's epoch before the node served, and carried out after it
-//     went back to a copy made during that quarantine, finds the epoch it
-//     expects and puts the node in service before any gateway's check has
-//     found the older copy.
-//   - Nodes that sync every second (appendfsync everysec) are quarantined
-//     after every restart, since they may have lost their last second; a
-//     server that refuses CONFIG GET counts as such. Nodes without
-//     persistence lose everything on a restart and are quarantined too.
-//   - A quarantine lasts the largest TTL (default 1h): keep MaxTTL as low as
-//     your holders allow, and run enough nodes to keep a quorum meanwhile.
+//   - A majority of the nodes losing data at once: if one of the nodes
+//     that answer is initialized, the others are quarantined for the
+//     largest TTL and come back at the clock floor (refused meanwhile,
+//     never a repeated token). If none is (every node restarted empty),
+//     they look like a new cluster and tokens start again, unless this
+//     gateway saw the cluster before.
+//   - The record tells processes apart, not states of one process: a
+//     process that loses data without restarting (DEBUG RELOAD, a partial
+//     RESTORE by hand) keeps its record. A flush removes the record, and
+//     eviction is refused (noeviction is read on every check).
+//   - A quarantine that cannot recover from the other nodes lasts the
+//     largest TTL (default 1h): keep MaxTTL as low as your holders allow,
+//     and run enough nodes that a restarted one finds recoverNeed others in
+//     service (with 3 nodes, restart them one at a time).
 //   - A waiting request uses one lease id in all its rounds. When a round
 //     fails, its copies are released (undone), and a release that a node
 //     did not answer is tried again until a later round of the request

@@ -32,7 +32,9 @@ const (
 
 // HealthObserver is an optional extension of Observer: the guard tells it
 // when a node's state changes (and once for each node when it first checks
-// it). reason is empty except for NodeRefusing and NodeUnreachable.
+// it). reason says why for NodeRefusing, NodeUnreachable and NodeLost, and
+// for NodeQuarantined how it ends (recovering from the other nodes, or
+// when the quarantine ends); it is empty for the other states.
 type HealthObserver interface {
 	NodeState(node string, state NodeState, reason string)
 }
@@ -216,9 +218,15 @@ func (g *guard) pass(ctx context.Context) {
 			next = pick(next, min(g.r.opt.CheckInterval, bootGrace-h.InitializingFor))
 		case h.Lost || !h.Initialized:
 			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
-			next = pick(next, g.r.quarantine())
+			if g.recoverable(i, res) {
+				next = 0 // recover it at the next pass, once its quarantine is marked
+			} else {
+				next = pick(next, g.r.quarantine())
+			}
 		case h.Quarantined && h.QuarantinedFor >= g.r.quarantine():
-			g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res) })
+			g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res, false) })
+		case h.Quarantined && g.recoverable(i, res):
+			g.do(ctx, i, "recover", func(ctx context.Context) error { return g.repair(ctx, i, res, true) })
 		case h.Quarantined:
 			next = pick(next, g.r.quarantine()-h.QuarantinedFor)
 		}
@@ -315,31 +323,86 @@ func (g *guard) do(ctx context.Context, i int, what string, fn func(context.Cont
 	}
 }
 
-// repair raises node i's counters to the highest each slot has on the other
-// nodes in service, and puts it back in service. It needs a quorum of such
-// nodes: any quorum shares a node with every quorum that was fenced (see the
-// package doc), so every token ever granted is covered. With fewer (one
-// node alone, or a majority that lost data), the floor is also raised to
-// clockFloor. The repair takes the epoch of the check that found the
-// quarantine long enough: if the node was quarantined again or lost its
-// data since, it does nothing (see Node.Repair).
-func (g *guard) repair(ctx context.Context, i int, res []checkResult) error {
-	floor := make([]int64, FenceSlots)
-	sources := 0
+// recoverNeed is how many other nodes in service a node that lost data
+// must read to recover at once (see the package doc, step 7): every lock
+// that holds a quorum, and every token fenced on a quorum, is on at least
+// quorum − 1 nodes other than the lost one, so any recoverNeed of the
+// other n − 1 nodes include one of them. With 3 nodes both others, with 5
+// three of the other four; a single node never recovers at once.
+func recoverNeed(n, quorum int) int { return n - quorum + 1 }
+
+// sources lists the nodes other than i that res found in service.
+func sources(i int, res []checkResult) []int {
+	var out []int
 	for j, c := range res {
-		if j == i || c.err != nil || !c.h.Initialized || c.h.Lost || c.h.Quarantined {
-			continue
+		if j != i && c.err == nil && healthError(c.h) == nil {
+			out = append(out, j)
 		}
+	}
+	return out
+}
+
+// recoverable reports whether node i can recover from the other nodes now
+// instead of waiting out its quarantine: it takes in locks (Adopter),
+// enough others are in service and each can list its locks (Lister).
+func (g *guard) recoverable(i int, res []checkResult) bool {
+	if _, ok := g.r.nodes[i].(Adopter); !ok {
+		return false
+	}
+	src := sources(i, res)
+	for _, j := range src {
+		if _, ok := g.r.nodes[j].(Lister); !ok {
+			return false
+		}
+	}
+	return len(src) >= recoverNeed(len(g.r.nodes), g.r.quorum)
+}
+
+// repair raises node i's counters to the highest each slot has on the other
+// nodes in service, and puts it back in service. For a recovery (early:
+// its quarantine has not lasted the largest TTL), it first takes in the
+// locks those nodes hold (Adopter). Either needs recoverNeed such nodes:
+// they share a node with the quorum that fenced any token, and that holds
+// any live lock (see the package doc). A recovery that cannot read enough
+// of them fails and the quarantine goes on; a repair after the quarantine
+// (no lock the node held can still be live) raises the counters to
+// clockFloor as well when it has fewer (one node alone, or a majority that
+// lost data). The repair takes the epoch of the check that found the node
+// quarantined: if the node was quarantined again or lost its data since, it
+// does nothing (see Node.Repair).
+func (g *guard) repair(ctx context.Context, i int, res []checkResult, early bool) error {
+	floor := make([]int64, FenceSlots)
+	var locks []HeldLock
+	read := 0
+	for _, j := range sources(i, res) {
+		var held []HeldLock
+		if early {
+			var err error
+			if held, err = heldLocks(ctx, g.r.nodes[j]); err != nil {
+				continue
+			}
+		}
+		// After the locks: Counters fails if the node lost its data
+		// while it was read.
 		counters, err := g.r.nodes[j].Counters(ctx)
 		if err != nil || len(counters) != FenceSlots {
 			continue
 		}
+		locks = append(locks, held...)
 		for s, v := range counters {
 			floor[s] = max(floor[s], v)
 		}
-		sources++
+		read++
 	}
-	if sources < g.r.quorum {
+	need := recoverNeed(len(g.r.nodes), g.r.quorum)
+	switch {
+	case early && read < need:
+		return fmt.Errorf("recovery read %d of the %d other nodes in service it needs; the quarantine goes on", read, need)
+	case early:
+		if err := g.r.nodes[i].(Adopter).AdoptLocks(ctx, locks, res[i].h.Epoch); err != nil {
+			return err
+		}
+	case read < need:
 		if len(g.r.nodes) > 1 {
 			g.r.opt.Observer.QuorumFailed("repair")
 		}
@@ -350,6 +413,44 @@ func (g *guard) repair(ctx context.Context, i int, res []checkResult) error {
 	}
 	return g.r.nodes[i].Repair(ctx, floor, res[i].h.Epoch)
 }
+
+// heldLocks reads every lock node n holds, by bounded listing steps.
+func heldLocks(ctx context.Context, n Node) ([]HeldLock, error) {
+	l := n.(Lister)
+	var out []HeldLock
+	cursor := ""
+	for {
+		names, next, err := l.ScanLocks(ctx, "", cursor, 1000)
+		if err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			views, err := l.InspectLocks(ctx, names)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range views {
+				if v.Found && k < len(names) {
+					out = append(out, HeldLock{Resource: names[k], NodeLock: v})
+				}
+			}
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+// ClockFloor is the counter floor the guard raises a node's counters to
+// when it cannot read enough other nodes (see clockFloor), exported for
+// stores that start without any memory of earlier tokens, such as the
+// embedded node: a token minted from a counter that starts at ClockFloor(now)
+// is above every token minted before from a counter that started at an
+// earlier ClockFloor, as long as fewer than 1000 tokens per millisecond
+// were minted on one slot on average since, and the wall clock has not
+// gone back.
+func ClockFloor(now time.Time) int64 { return clockFloor(now) }
 
 // clockFloor is a counter floor from the wall clock: 1000 per millisecond
 // since 1970. A counter repaired to it is above every token granted before,
@@ -369,9 +470,13 @@ func (g *guard) report(res []checkResult) {
 		case h.Refusing != "":
 			state, reason = NodeRefusing, h.Refusing
 		case h.Lost:
-			state = NodeLost
+			state, reason = NodeLost, h.Reason
+		case h.Quarantined && g.recoverable(i, res):
+			state, reason = NodeQuarantined, "recovering from the other nodes"
 		case h.Quarantined:
-			state = NodeQuarantined
+			end := g.r.opt.Clock.Now().Add(g.r.quarantine() - h.QuarantinedFor).UTC()
+			state, reason = NodeQuarantined, fmt.Sprintf("too few other nodes in service to recover from; serves again after %s, once no lock it held can be live",
+				end.Format(time.RFC3339))
 		case !h.Initialized:
 			state = NodeUninitialized
 		}

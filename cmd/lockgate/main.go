@@ -132,8 +132,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error) {
 	if len(cfg.Redis) == 0 {
 		log.Warn().Msg("no Redis configured (-redis / LOCKGATE_REDIS): using the embedded in-memory lock store; " +
-			"locks and fencing counters live in this process only and are lost when it exits")
-		return []lockcore.Node{memnode.New(&memnode.Options{Name: "embedded"})}, func() {}, nil
+			"locks live in this process only and are lost when it exits; fencing tokens start from the clock, so they keep growing across restarts")
+		// Tokens start from the wall clock (see lockcore.ClockFloor), so
+		// that a restarted gateway never hands out a token it gave before.
+		floor := lockcore.ClockFloor(time.Now())
+		return []lockcore.Node{memnode.New(&memnode.Options{Name: "embedded", Floor: floor})}, func() {}, nil
 	}
 	var nodes []lockcore.Node
 	var rn []*redisnode.Node

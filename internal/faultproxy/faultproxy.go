@@ -57,6 +57,16 @@ func Start(target string) (*Proxy, error) {
 	return p, nil
 }
 
+// SetTarget sends the connections accepted from now on to target, and cuts
+// the ones open: a fixed address whose server was replaced (a failover
+// behind a cloud endpoint).
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.Cut()
+}
+
 // Addr is the proxy's listening host:port; clients connect here.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
@@ -135,7 +145,10 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.accepted.Add(1)
-		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.DialTimeout("tcp", target, time.Second)
 		if err != nil {
 			_ = c.Close()
 			continue

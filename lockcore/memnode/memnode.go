@@ -3,8 +3,10 @@
 // conformance suite (lockcore/nodetest) as the Redis node.
 //
 // Everything lives in one process and is lost when it exits, fencing counters
-// included: a gateway restarted on a memnode starts its tokens again at 1.
-// Use Redis nodes when tokens must survive restarts.
+// included. Options.Floor starts the counters from a floor instead of 0: the
+// embedded gateway uses lockcore.ClockFloor, so that its tokens keep growing
+// across restarts (locks are still lost with the process). Use Redis nodes
+// when locks must survive restarts.
 //
 // Like any node it keeps one fencing counter per slot (lockcore.FenceSlots),
 // so its memory is bounded by the locks it holds. New returns a node in
@@ -57,6 +59,11 @@ type Options struct {
 	Name string
 	// Now is the clock that expires locks. Default time.Now.
 	Now func() time.Time
+	// Floor is where every slot's fencing counter starts: the first token
+	// is Floor+1. Default 0. The embedded gateway starts it at
+	// lockcore.ClockFloor(now), so that tokens after a restart are above
+	// every token given out before it.
+	Floor int64
 }
 
 var seq atomic.Int64
@@ -67,6 +74,9 @@ func New(opts *Options) *Node {
 		watchers: map[string]map[*watch]struct{}{}, initialized: true}
 	if opts != nil {
 		n.name, n.now = opts.Name, opts.Now
+		for i := range n.counters {
+			n.counters[i] = opts.Floor
+		}
 	}
 	if n.name == "" {
 		n.name = fmt.Sprintf("mem-%d", seq.Add(1))

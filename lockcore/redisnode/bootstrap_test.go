@@ -3,9 +3,12 @@ package redisnode_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
@@ -343,7 +346,8 @@ func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := connect(t, srv)
 	ctx := context.Background()
-	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "e1").Err(); err != nil {
+	runID := infoRunID(t, n.Client())
+	if err := n.Client().HSet(ctx, "lockgate:{meta}:node", "init", "1", "qsince", "1", "qepoch", "e1", "qrid", runID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), "e1"); !errors.Is(err, redisnode.ErrQuarantining) {
@@ -361,4 +365,16 @@ func TestARepairDuringAQuarantinesMarkingIsRefused(t *testing.T) {
 	if h := health(t, srv); h.Quarantined || !h.Initialized {
 		t.Fatalf("after the repair: %+v, want in service", h)
 	}
+}
+
+// infoRunID is the run id of the server rdb talks to.
+func infoRunID(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	for line := range strings.Lines(rdb.Info(context.Background(), "server").Val()) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatal("no run_id in INFO server")
+	return ""
 }

@@ -1,19 +1,22 @@
--- check.lua: the node's heartbeat and data-loss marker.
--- KEYS[1] meta hash  lockgate:{meta}:node (fields beat = heartbeats so far,
---                    init = '1' once the node was initialized or
---                    quarantined, qsince = ms (node clock) the quarantine
---                    began, qdone = '1' once every slot is marked, boot =
---                    ms (node clock) a gateway began to initialize the node
---                    as one of a new cluster, see boot.lua, qepoch = the
---                    epoch of the node's quarantine or mark)
--- Returns {init, beat, qsince or -1, qdone, now in ms, boot or -1, qepoch or
--- ''}. The beat
--- only grows while the node keeps its data, so a beat lower than one seen
--- before means the node went back to an older copy. The HINCRBY is a write,
--- so a node that refuses writes (OOM, MISCONF, READONLY) answers with that
--- error.
+-- check.lua: the node's record of what its data is (lockcore.Node.Check).
+-- KEYS[1] meta hash  lockgate:{meta}:node, fields:
+--   rid    the server process (run id) the node's data was last recovered
+--          or initialized for (serve.lua); a node serves only while it is
+--          the process that answers (see health.go, judge)
+--   qrid   the server process the quarantine under way was begun for
+--   init   '1' once the node was initialized or quarantined
+--   qsince ms (node clock) the quarantine began; qdone '1' once every slot
+--          is marked; qepoch the epoch of the quarantine or mark
+--   boot   ms (node clock) a gateway began to initialize the node as one of
+--          a new cluster (boot.lua)
+--   fmt    the data format version the node was last served with
+--   beat   a counter every check increments: the check's write, so that a
+--          node that refuses writes (OOM, MISCONF, READONLY) answers with
+--          that error
+-- Returns {init, beat, qsince or -1, qdone, now in ms, boot or -1,
+-- qepoch or '', rid or '', qrid or '', fmt or 0}.
 local beat = redis.call('HINCRBY', KEYS[1], 'beat', 1)
-local m = redis.call('HMGET', KEYS[1], 'init', 'qsince', 'qdone', 'boot', 'qepoch')
+local m = redis.call('HMGET', KEYS[1], 'init', 'qsince', 'qdone', 'boot', 'qepoch', 'rid', 'qrid', 'fmt')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local init, qdone = 0, 0
@@ -23,4 +26,4 @@ end
 if m[3] then
   qdone = 1
 end
-return {init, beat, tonumber(m[2] or '-1'), qdone, now, tonumber(m[4] or '-1'), m[5] or ''}
+return {init, beat, tonumber(m[2] or '-1'), qdone, now, tonumber(m[4] or '-1'), m[5] or '', m[6] or '', m[7] or '', tonumber(m[8] or '0')}

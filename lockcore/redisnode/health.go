@@ -14,52 +14,127 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 )
 
-// Check implements lockcore.Node with check.lua and INFO server, in one
-// round trip. The node is found Lost when:
-//   - it was seen initialized and no longer is (it restarted empty, or was
-//     flushed);
-//   - its heartbeat is not above the last one this Node saw (it went back
-//     to an older copy of its data);
-//   - it is a new server process (run id) that does not sync every write
-//     to disk before answering (appendonly yes, appendfsync always, read
-//     with CONFIG GET; a server that refuses CONFIG counts as not syncing):
-//     a restart could have lost the last writes it acknowledged. A restart
-//     with every write synced loses nothing and is not a loss;
-//   - its quarantine began but not every slot was marked yet.
+// dataFormat is the version of the data a node holds for this gateway (the
+// record's fields, the keys and what the scripts expect). serve.lua writes
+// it; a node written by a newer gateway (a later format) refuses to serve
+// this one, so that a gateway rolled back never mints tokens from keys it
+// does not know. Raise it when a change makes an older gateway misread
+// the node.
+const dataFormat = 2
+
+// Check implements lockcore.Node with check.lua and INFO server and
+// memory, in one round trip. What it reports depends only on what the
+// node holds and which server process answers, never on what this gateway
+// saw before, so every gateway, however long it has run, judges a node
+// alike (see judge).
 //
-// A node that refuses the heartbeat's write, or whose memory is within
-// memoryReserve of its maxmemory, answers with Refusing set and no error.
-// Checks of one Node run one at a time.
+// A node that refuses the check's write, whose memory is within
+// memoryReserve of its maxmemory, whose maxmemory-policy may evict keys,
+// or whose data format is newer than this gateway's, answers with
+// Refusing set and no error; while it refuses, this Node fails every lock
+// operation. An evicting node also loses its recovery record, so that once
+// the policy is fixed it recovers before it serves again: it may have
+// evicted locks. Checks of one Node run one at a time.
 func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
-	v, epoch, info, refusing, err := n.probe(ctx)
+	v, info, refusing, err := n.probe(ctx)
 	switch {
 	case err != nil:
 		return lockcore.NodeHealth{}, err
-	case refusing != "":
+	case refusing == "" && infoString(info, "maxmemory_policy") != "noeviction":
+		refusing = fmt.Sprintf("evicts keys (maxmemory-policy %s; lockgate needs noeviction)", infoString(info, "maxmemory_policy"))
+		if err := n.rdb.HDel(ctx, metaKey, "rid").Err(); err != nil {
+			return lockcore.NodeHealth{}, timedOut(ctx, err)
+		}
+	case refusing == "" && v.format > dataFormat:
+		refusing = fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
+	}
+	id := infoString(info, "run_id")
+	if refusing != "" {
+		n.record(id, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
-	id := runID(info)
+	h := judge(v, id)
 	n.mu.Lock()
-	restarted := n.runID != "" && id != n.runID
+	// A node this gateway saw initialized and now finds empty lost its
+	// data (judge alone cannot tell it from a new node; the guard can,
+	// from the other nodes, but this Node says so at once).
+	h.Lost = h.Lost || (!h.Initialized && n.seenInit)
+	n.seenInit = n.seenInit || h.Initialized
 	n.mu.Unlock()
-	durable := !restarted || n.durable(ctx)
-	h := n.record(v, id, durable)
-	h.Epoch = epoch
+	if n.protect != "1" {
+		h = lockcore.NodeHealth{Initialized: true, Epoch: v.epoch}
+	}
+	n.record(id, h.Initialized && !h.Lost && !h.Quarantined, "")
 	return h, nil
 }
 
+// checkReply is check.lua's reply.
+type checkReply struct {
+	init, qdone             bool
+	beat, qsince, now, boot int64 // qsince and boot: -1 when not set
+	epoch, rid, qrid        string
+	format                  int64
+}
+
+// judge decides what a node's record v means when the server process id
+// answers (see the package doc of lockcore, "Nodes that lose their data"):
+//   - not initialized: a new node, or one that restarted empty or was
+//     flushed (the guard tells them apart); Initializing while a gateway's
+//     mark is on it;
+//   - in service: its data was recovered (or initialized) for this very
+//     process (rid = id) and no quarantine is under way;
+//   - quarantined: a quarantine begun for this process has marked every
+//     slot;
+//   - lost otherwise: the process is not the one the data was recovered
+//     for (a restart, a restore, a failover to a replica, another node's
+//     data), or a quarantine was begun for another process or not every
+//     slot is marked yet.
+//
+// judge is a pure function: every gateway that reads the same record from
+// the same process decides the same.
+func judge(v checkReply, id string) lockcore.NodeHealth {
+	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch}
+	switch {
+	case !v.init:
+		if v.boot >= 0 {
+			h.Initializing, h.InitializingFor = true, time.Duration(v.now-v.boot)*time.Millisecond
+		}
+	case v.qsince >= 0 && v.qrid == id && v.qdone:
+		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
+	case v.qsince >= 0 && v.qrid == id:
+		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
+		h.Lost, h.Reason = true, "its quarantine began but not every slot is marked yet"
+	case v.qsince >= 0:
+		h.Lost, h.Reason = true, "a new server process (run id "+id+") holds a quarantined copy of its data"
+	case v.rid == "":
+		h.Lost, h.Reason = true, "its data has no recovery record (an earlier lockgate wrote it, or it evicted keys)"
+	case v.rid != id:
+		h.Lost, h.Reason = true, "a new server process (run id "+id+") since its data was last recovered (a restart, a restore or a failover)"
+	}
+	return h
+}
+
+// record remembers the server process the last Check found, and whether
+// its data may serve (trusted) or why it refuses.
+func (n *Node) record(id string, trusted bool, refusing string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.runID = id
+	n.refusing = refusing
+	n.trusted.Store(n.protect != "1" || trusted)
+}
+
 // probe runs check.lua and INFO server and memory in one round trip, and
-// returns check.lua's reply (its integers, and the epoch), INFO's, or why
-// the node refuses writes.
-func (n *Node) probe(ctx context.Context) (v []int64, epoch, info, refusing string, err error) {
+// returns check.lua's reply, INFO's, or why the node refuses writes.
+func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, err error) {
 	pipe := n.rdb.Pipeline()
 	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
 	inf := pipe.Info(ctx, "server", "memory")
 	_, _ = pipe.Exec(ctx)
 	if err := inf.Err(); err != nil {
-		return nil, "", "", "", timedOut(ctx, err)
+		return v, "", "", timedOut(ctx, err)
 	}
 	res, err := chk.Result()
 	reason := refusalReason(err)
@@ -72,53 +147,34 @@ func (n *Node) probe(ctx context.Context) (v []int64, epoch, info, refusing stri
 	}
 	isFull := full(inf.Val(), reserve)
 	n.wasFull.Store(isFull || reason != "")
-	if reason != "" {
-		return nil, "", "", reason, nil
+	switch {
+	case reason != "":
+		return v, inf.Val(), reason, nil
+	case isFull:
+		return v, inf.Val(), "out of memory", nil
+	case err != nil:
+		return v, "", "", err
 	}
-	if isFull {
-		return nil, "", "", "out of memory", nil
-	}
-	if err != nil {
-		return nil, "", "", "", err
-	}
-	arr, ok := res.([]any)
-	if !ok || len(arr) != 7 {
-		return nil, "", "", "", fmt.Errorf("redisnode: check.lua replied %v, want 7 values", res)
-	}
-	epoch, _ = arr[6].(string) // the last value, the only string
-	v, err = ints(arr[:6], 6)
-	if err != nil {
-		return nil, "", "", "", err
-	}
-	return v, epoch, inf.Val(), "", nil
+	v, err = parseCheck(res)
+	return v, inf.Val(), "", err
 }
 
-// record judges check.lua's reply v from the server process id, whose
-// writes are durable or not (see Check), and remembers what it saw for the
-// next Check.
-func (n *Node) record(v []int64, id string, durable bool) lockcore.NodeHealth {
-	h := lockcore.NodeHealth{Initialized: v[0] == 1}
-	if !h.Initialized && v[5] >= 0 {
-		h.Initializing, h.InitializingFor = true, time.Duration(v[4]-v[5])*time.Millisecond
+// parseCheck reads check.lua's reply.
+func parseCheck(res any) (checkReply, error) {
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 10 {
+		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 10 values", res)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if h.Initialized {
-		h.Quarantined = v[2] >= 0
-		if h.Quarantined {
-			h.QuarantinedFor = time.Duration(v[4]-v[2]) * time.Millisecond
-		}
-		h.Lost = (h.Quarantined && v[3] == 0) || (n.seenInit && v[1] <= n.lastBeat) || !durable
-	} else {
-		h.Lost = n.seenInit
+	nums, err := ints(append(arr[:6:6], arr[9]), 7)
+	if err != nil {
+		return checkReply{}, err
 	}
-	if n.protect != "1" {
-		h = lockcore.NodeHealth{Initialized: true}
-	}
-	n.seenInit = n.seenInit || h.Initialized
-	n.lastBeat, n.runID = v[1], id
-	n.trusted.Store(n.protect != "1" || (h.Initialized && !h.Lost && !h.Quarantined))
-	return h
+	var v checkReply
+	v.init, v.beat, v.qsince, v.qdone, v.now, v.boot, v.format = nums[0] == 1, nums[1], nums[2], nums[3] == 1, nums[4], nums[5], nums[6]
+	v.epoch, _ = arr[6].(string)
+	v.rid, _ = arr[7].(string)
+	v.qrid, _ = arr[8].(string)
+	return v, nil
 }
 
 // memoryReserve is how close to maxmemory a node may come before it counts
@@ -133,6 +189,16 @@ func full(info string, reserve int64) bool {
 	return max > 0 && used+reserve >= max
 }
 
+// infoString reads a field of an INFO reply, or "".
+func infoString(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 // infoInt reads an integer field of an INFO reply, or -1.
 func infoInt(info, field string) int64 {
 	for line := range strings.Lines(info) {
@@ -143,13 +209,6 @@ func infoInt(info, field string) int64 {
 		}
 	}
 	return -1
-}
-
-// durable reports whether the server syncs every write to disk before it
-// answers (CONFIG GET appendonly and appendfsync).
-func (n *Node) durable(ctx context.Context) bool {
-	cfg, err := n.rdb.ConfigGet(ctx, "append*").Result()
-	return err == nil && cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always"
 }
 
 // refusalReason says why a node refused a write, from its error reply, or
@@ -181,7 +240,14 @@ func refusalReason(err error) string {
 func (n *Node) Quarantine(ctx context.Context) error {
 	n.trusted.Store(false)
 	epoch := lockcore.NewLeaseID() // random: see quarantine.lua
-	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err(); err != nil {
+	// The quarantine is for the process that answers now; if another one
+	// runs the script (a restart in between), its check finds the
+	// quarantine not its own and it is quarantined again.
+	info, err := n.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return timedOut(ctx, err)
+	}
+	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch, infoString(info, "run_id")).Err(); err != nil {
 		return err
 	}
 	if err := markScript.Load(ctx, n.rdb).Err(); err != nil {
@@ -239,6 +305,34 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
+var _ lockcore.Adopter = (*Node)(nil)
+
+// AdoptLocks implements lockcore.Adopter with adopt.lua, pipelined, while
+// the node's epoch is epoch.
+func (n *Node) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch string) error {
+	if len(locks) == 0 {
+		return nil
+	}
+	if err := adoptScript.Load(ctx, n.rdb).Err(); err != nil {
+		return timedOut(ctx, err)
+	}
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(locks))
+	for i, l := range locks {
+		cmds[i] = pipe.EvalSha(ctx, adoptScript.Hash(), []string{lockKey(l.Resource), metaKey}, epoch, l.Lease,
+			strconv.FormatInt(l.Token, 10), l.Owner, ms(l.TTL), ms(max(l.Remaining, time.Millisecond)))
+	}
+	if err := execAll(ctx, pipe); err != nil {
+		return timedOut(ctx, err)
+	}
+	for _, c := range cmds {
+		if v, _ := c.Int64(); v != 1 {
+			return lockcore.ErrNodeChanged
+		}
+	}
+	return nil
+}
+
 // ErrQuarantining is what Repair fails with when a quarantine of the node
 // has begun but not every slot is marked yet: the repair would race it.
 // The guard quarantines such a node again (see Check), then repairs it.
@@ -279,6 +373,14 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
 	floor = slices.Clone(floor)
+	// The repair is for the process that answers now: every write below
+	// lands on it after this read, and serve.lua names it. A process that
+	// takes over meanwhile is not the one named, and is recovered again.
+	info, err := n.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return timedOut(ctx, err)
+	}
+	id := infoString(info, "run_id")
 	if err := n.repairEpoch(ctx, epoch); err != nil {
 		return err
 	}
@@ -302,7 +404,7 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 			return lockcore.ErrNodeChanged
 		}
 	}
-	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Int64(); {
+	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat).Int64(); {
 	case err != nil:
 		return err
 	case served != 1:
@@ -317,10 +419,16 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 			return err
 		}
 	}
+	// In service for this gateway at once, unless a connection found
+	// another server process meanwhile (see onConnect): then only after
+	// the next Check.
 	n.mu.Lock()
 	n.seenInit = true
+	if n.connRunID == id {
+		n.runID, n.refusing = id, ""
+		n.trusted.Store(true)
+	}
 	n.mu.Unlock()
-	n.trusted.Store(true)
 	return nil
 }
 

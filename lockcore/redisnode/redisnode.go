@@ -75,7 +75,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +131,9 @@ var (
 	//go:embed repair.lua
 	repairLua    string
 	repairScript = redis.NewScript(repairLua)
+	//go:embed adopt.lua
+	adoptLua    string
+	adoptScript = redis.NewScript(adoptLua)
 )
 
 func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
@@ -183,9 +185,13 @@ type Node struct {
 	mu      sync.Mutex
 	hub     *hub // made by the first Watch
 	closed  bool
-	// What the last Check saw (see Check).
+	// What the last Check saw (see Check): the server process, and why
+	// the node refuses ("" when it does not).
 	runID    string
-	lastBeat int64
+	refusing string
+	// connRunID is the server process the newest connection found.
+	connRunID string
+	// seenInit is set once a Check found the node initialized.
 	seenInit bool
 }
 
@@ -263,9 +269,10 @@ func newNode(rawURL string, o *Options, pipelined bool) (*Node, error) {
 	return n, nil
 }
 
-// onConnect runs on every new connection before its first command: a new
-// server process behind the address (it restarted, maybe from an older copy
-// of its data) makes the node untrusted until the next Check.
+// onConnect runs on every new connection before its first command: a
+// server process other than the one the last Check found behind the
+// address (it restarted, maybe from an older copy of its data, or a replica
+// took over) makes the node untrusted until the next Check.
 func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if n.protect != "1" {
 		return nil
@@ -274,23 +281,14 @@ func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return timedOut(ctx, err) // the connection is not used
 	}
-	id := runID(info)
+	id := infoString(info, "run_id")
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if id == "" || (n.runID != "" && id != n.runID) {
+	n.connRunID = id
+	if id == "" || id != n.runID {
 		n.trusted.Store(false)
 	}
 	return nil
-}
-
-// runID finds run_id in an INFO reply.
-func runID(info string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 // Client is the node's go-redis client (for tests and diagnostics).
@@ -456,7 +454,7 @@ func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, want int
 // eval runs a guarded script while the node is trusted, through the pipe.
 func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	if !n.trusted.Load() {
-		return nil, lockcore.ErrQuarantined
+		return nil, n.outError()
 	}
 	args = append([]any{n.protect}, args...)
 	var res any
@@ -467,9 +465,27 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 		res, err = s.Run(ctx, n.rdb, keys, args...).Result()
 	}
 	if !n.trusted.Load() {
-		return nil, lockcore.ErrQuarantined
+		return nil, n.outError()
 	}
 	return res, timedOut(ctx, err)
+}
+
+// RefusingError is what a lock operation fails with while the node's last
+// Check found it refusing (lockcore.NodeHealth.Refusing): out of memory,
+// an eviction policy that may drop locks, a newer data format. Nothing
+// was sent to the node.
+type RefusingError struct{ Reason string }
+
+func (e *RefusingError) Error() string { return "redisnode: the node does not serve: " + e.Reason }
+
+// outError is why a lock operation may not use the node now.
+func (n *Node) outError() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refusing != "" {
+		return &RefusingError{Reason: n.refusing}
+	}
+	return lockcore.ErrQuarantined
 }
 
 // timedOut makes a network timeout that ctx's deadline caused match

@@ -306,13 +306,20 @@ func TestRedlockMinorityKilled(t *testing.T) {
 	}
 }
 
+// TestRedlockMajorityKilledRecovers: a majority of the nodes restarts (from
+// AOF files synced on every write, though nothing can tell that from a
+// restore). No quorum of other nodes is left to recover them from, so they
+// serve again only once their quarantine has outlasted every lock they may
+// have held, and tokens keep growing.
 func TestRedlockMajorityKilledRecovers(t *testing.T) {
 	for _, tc := range []struct{ nodes, killed int }{{3, 2}, {5, 3}} {
 		t.Run(fmt.Sprintf("%d of %d nodes killed", tc.killed, tc.nodes), func(t *testing.T) {
 			ctx := context.Background()
 			srvs := redistest.StartN(t, tc.nodes, &redistest.Options{AOF: true})
-			rl := newRedlock(t, srvs, nil)
-			before := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 10 * time.Second})
+			opts := itOptions()
+			opts.MaxTTL, opts.CheckInterval = 3*time.Second, 50*time.Millisecond
+			rl := newRedlock(t, srvs, opts)
+			before := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 2 * time.Second})
 			if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: "majority", LeaseID: before.ID}); err != nil {
 				t.Fatal(err)
 			}
@@ -322,7 +329,7 @@ func TestRedlockMajorityKilledRecovers(t *testing.T) {
 			}
 
 			lease := lockcore.NewLeaseID()
-			_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "majority", LeaseID: lease, TTL: 10 * time.Second})
+			_, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "majority", LeaseID: lease, TTL: 2 * time.Second})
 			var qe *lockcore.QuorumError
 			if !errors.As(err, &qe) || !errors.Is(err, lockcore.ErrNoQuorum) || qe.Answered != tc.nodes-tc.killed || len(qe.Causes) != tc.killed {
 				t.Fatalf("err = %v, want a QuorumError with %d answers", err, tc.nodes-tc.killed)
@@ -340,7 +347,11 @@ func TestRedlockMajorityKilledRecovers(t *testing.T) {
 			for _, s := range killed {
 				s.Restart()
 			}
-			after := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 10 * time.Second}, 20*time.Second)
+			restarted := time.Now()
+			after := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "majority", TTL: 2 * time.Second}, 20*time.Second)
+			if waited := time.Since(restarted); waited < opts.MaxTTL {
+				t.Fatalf("granted %v after the restarts, before a quarantine of MaxTTL (%v)", waited, opts.MaxTTL)
+			}
 			if after.Token <= before.Token {
 				t.Fatalf("token %d after recovery, %d before", after.Token, before.Token)
 			}
