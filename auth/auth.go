@@ -20,11 +20,15 @@
 //     operation names inspect, acquire, extend, release; any case), or * for
 //     all four, and force: breaking a lock whoever holds it (DELETE
 //     /locks/{resource}?force=true). * does not include force: it must be
-//     named. GET also allows listing held locks (GET /locks), which shows
-//     only the locks under the token's prefixes.
+//     named. GET also allows listing held locks (GET /locks), kept within
+//     the token's prefixes: a listing prefix under one of them is listed,
+//     one that covers some of them is narrowed to those, any other is
+//     refused with 403.
 //   - resource prefixes: a comma-separated list of prefixes of resource
-//     names, or * for every resource. "invoice-" allows invoice-42 and
-//     invoice-7, not invoices.
+//     names, or * for every resource. A prefix is matched as plain text:
+//     "invoice-" allows invoice-42 and invoice-7, not invoices, but
+//     "invoice" would also allow invoices and invoice-archive. End each
+//     prefix with a separator (- : . _) so it covers one name space only.
 //   - name (optional): who uses the token, 1 to 64 characters of A-Z a-z
 //     0-9 . _ - @ :, shown in the audit log instead of the token. Default
 //     "line-N", N the line number.
@@ -57,6 +61,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -220,7 +225,7 @@ func (e *entry) allows(method, resource string) bool {
 // Middleware guards /locks and /locks/...: 401 without a known bearer token,
 // 403 when the token does not allow the request's method on its resource
 // (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
-// listing GET /locks, whose answer the handler filters with Scope).
+// listing GET /locks, which the handler keeps within Grants).
 // Other paths pass through. Put it before request validation, so that an
 // unauthenticated client learns nothing from validation errors.
 func (p *Policy) Middleware(next http.Handler) http.Handler {
@@ -251,7 +256,7 @@ func (p *Policy) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	allowed := e.allows(method, resource)
 	if r.URL.Path == "/locks" || r.URL.Path == "/locks/" {
-		allowed = e.methods[method] // the listing is filtered by Scope
+		allowed = e.methods[method] // the listing is kept within Grants
 	}
 	if !allowed {
 		deny(w, r, http.StatusForbidden, `Bearer realm="lockgate", error="insufficient_scope"`,
@@ -290,19 +295,23 @@ func (p *Policy) Name(r *http.Request) string {
 	return ""
 }
 
-// Scope returns whether the request's bearer token may see each resource
-// (GET on its prefixes), for filtering a listing; nothing is visible
-// without a known token.
-func (p *Policy) Scope(r *http.Request) func(resource string) bool {
+// Grants returns the resource-name prefixes the request's bearer token may
+// read (GET), for keeping a listing within them: all is true for a token
+// allowed every resource. Without a known token, or for a token without
+// GET, it returns no prefix and all false: nothing may be listed.
+func (p *Policy) Grants(r *http.Request) (prefixes []string, all bool) {
 	token, ok := bearer(r.Header)
 	if !ok {
-		return func(string) bool { return false }
+		return nil, false
 	}
 	e := p.lookup(token)
-	if e == nil {
-		return func(string) bool { return false }
+	if e == nil || !e.methods[http.MethodGet] {
+		return nil, false
 	}
-	return func(resource string) bool { return e.allows(http.MethodGet, resource) }
+	if e.prefixes == nil {
+		return nil, true
+	}
+	return slices.Clone(e.prefixes), false
 }
 
 // resourceOf returns the resource name of a /locks/{resource} path and

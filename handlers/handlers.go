@@ -54,9 +54,12 @@ type Options struct {
 	// it only when a Middleware lets through only callers allowed to (the
 	// auth file's force operation); false answers every force with 403.
 	AllowForce bool
-	// Scope, if set, says which resources a GET /locks caller may see;
-	// others are left out of the listing. Default: all.
-	Scope func(r *http.Request) func(resource string) bool
+	// Grants, if set, returns the resource-name prefixes a GET /locks
+	// caller may list, or all for every resource (auth's Grants). A listing
+	// stays within them: a prefix under a grant is listed, a prefix that
+	// covers grants is narrowed to them, any other gets 403; its cursors
+	// are sealed and hold no name outside them. Default: every resource.
+	Grants func(r *http.Request) (prefixes []string, all bool)
 	// Caller, if set, names the caller in the audit log (e.g. the bearer
 	// token's name, never the token); "" falls back to the client
 	// certificate's subject, then "anonymous".
@@ -74,6 +77,7 @@ type server struct {
 	locker   Locker
 	opt      Options
 	validate *validator.Validate
+	cursors  *cursorSeal
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -103,7 +107,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 		return nil, err
 	}
 	contract.bounds = boundsOf(locker)
-	s := &server{locker: locker, opt: o, validate: newValidator()}
+	s := &server{locker: locker, opt: o, validate: newValidator(), cursors: newCursorSeal()}
 
 	r := chi.NewRouter()
 	r.Use(accessLog(*o.Logger), s.audit, recoverer)

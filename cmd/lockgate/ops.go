@@ -30,7 +30,7 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 	if cfg.tokens != nil {
 		f := cfg.tokens
 		opts.Middleware = append(opts.Middleware, f.Middleware)
-		opts.AllowForce, opts.Scope, opts.Caller = true, f.Scope, f.Name
+		opts.AllowForce, opts.Grants, opts.Caller = true, f.Grants, f.Name
 		onHangup = append(onHangup, func() {
 			p, err := f.Reload()
 			if err != nil {
