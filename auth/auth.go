@@ -30,10 +30,13 @@
 //     "invoice" would also allow invoices and invoice-archive. End each
 //     prefix with a separator (- : . _) so it covers one name space only.
 //   - name (optional): who uses the token, 1 to 64 characters of A-Z a-z
-//     0-9 . _ - @ :, shown in the audit log instead of the token. Default
+//     0-9 . _ - @ :, shown in the audit log instead of the token and the
+//     key of the caller's rate limit and share of waiters. Default
 //     "line-N", N the line number.
 //
-// Blank lines and lines starting with # are ignored. A token may appear once.
+// Blank lines and lines starting with # are ignored. A token may appear
+// once, and so may a name (given or by default): two tokens with one name
+// would share one audit identity, one rate limit and one share of waiters.
 //
 // # What is guaranteed
 //
@@ -121,11 +124,12 @@ func Load(path string) (*Policy, error) {
 
 // Parse reads a token file's contents (see the package doc).
 //
-// Errors: *ParseError naming the first bad line; ErrNoTokens; or the
-// reader's error.
+// Errors: *ParseError naming the first bad line (a token or a name seen
+// before included); ErrNoTokens; or the reader's error.
 func Parse(r io.Reader) (*Policy, error) {
 	p := &Policy{}
 	seen := map[[sha256.Size]byte]int{}
+	named := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 8192), 64<<10)
 	for n := 1; sc.Scan(); n++ {
@@ -154,6 +158,10 @@ func Parse(r io.Reader) (*Policy, error) {
 			return nil, bad("the token of line %d again", first)
 		}
 		seen[e.digest] = n
+		if first, dup := named[e.name]; dup {
+			return nil, bad("the name %q of line %d again: each token needs a name of its own", e.name, first)
+		}
+		named[e.name] = n
 		if f[1] == "*" {
 			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 				e.methods[m] = true

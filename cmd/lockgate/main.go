@@ -230,10 +230,7 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	if cfg.tokens != nil {
 		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
-		if fi, err := os.Stat(cfg.AuthFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
-			log.Warn().Str("auth_file", cfg.AuthFile).Str("mode", fi.Mode().Perm().String()).
-				Msg("the auth file is readable by every user of this machine; chmod 600 it")
-		}
+		warnReadableAuthFile(log, cfg.AuthFile)
 		return
 	}
 	ev := log.Info()

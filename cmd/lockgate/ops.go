@@ -32,6 +32,7 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 		opts.Middleware = append(opts.Middleware, f.Middleware)
 		opts.AllowForce, opts.Grants, opts.Caller = true, f.Grants, f.Name
 		onHangup = append(onHangup, func() {
+			warnReadableAuthFile(log, f.Path())
 			p, err := f.Reload()
 			if err != nil {
 				log.Error().Str("auth_file", f.Path()).Str("reason", err.Error()).
@@ -60,6 +61,19 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 		signal.Stop(hup)
 		close(done)
 	}
+}
+
+// warnReadableAuthFile warns when users other than the auth file's owner
+// may read it (group or other read permission): its tokens are secrets.
+// It is called each time the file is read, at start-up and at every
+// reload, so a file loosened while the gateway runs is noticed too.
+func warnReadableAuthFile(log zerolog.Logger, path string) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o044 == 0 {
+		return
+	}
+	log.Warn().Str("auth_file", path).Str("mode", fi.Mode().Perm().String()).
+		Msg("the auth file is readable by users other than its owner; chmod 600 it")
 }
 
 // redisLogger puts go-redis's own messages (failed dials, pool trouble) into

@@ -239,6 +239,48 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	}
 }
 
+// The auth file's mode is checked each time the file is read: a file group
+// or other users may read is warned about at start-up and at every reload.
+func TestAReadableAuthFileIsWarnedAboutAtEveryLoad(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(opsWriter+" * * writer\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chmod := func(mode os.FileMode) {
+		t.Helper()
+		if err := os.Chmod(file, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const warning = "the auth file is readable by users other than its owner"
+	chmod(0o640)
+	g := startGateway(t, nil, map[string]string{"LOCKGATE_AUTH_FILE": file})
+	if n := strings.Count(g.log.String(), warning); n != 1 {
+		t.Fatalf("%d warnings at start-up for a 0640 file, want 1:\n%s", n, g.log)
+	}
+	reloads := 0
+	for _, tc := range []struct {
+		mode     os.FileMode
+		warnings int
+	}{{0o600, 1}, {0o666, 2}, {0o604, 3}, {0o400, 3}} {
+		chmod(tc.mode)
+		reloads++
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(g.log.String(), "auth file reloaded") < reloads {
+			if time.Now().After(deadline) {
+				t.Fatalf("no reload after SIGHUP:\n%s", g.log)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := strings.Count(g.log.String(), warning); n != tc.warnings {
+			t.Errorf("after a reload of a %v file: %d warnings in all, want %d", tc.mode, n, tc.warnings)
+		}
+	}
+}
+
 // go-redis's own messages (here: dials refused by a stopped node) are JSON
 // lines of the gateway's log, not plain text between them.
 func TestGoRedisLogsGoIntoTheJSONLog(t *testing.T) {
