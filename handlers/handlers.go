@@ -71,6 +71,14 @@ type Options struct {
 	// Middleware, so unknown tokens still get 401.
 	RateLimit float64
 	RateBurst int
+	// WaitersPerCaller, if above 0, is each caller's share of waiting
+	// acquisitions (keyed as RateLimit is): past it, a PUT with wait_ms
+	// gets 429 too-many-waiters with "limit":"caller", while other callers
+	// still wait. It counts every acquisition with wait_ms in flight, each
+	// an open connection, whether or not it has started waiting. The lock
+	// service's own bound on waiters, all callers together
+	// (lockcore.Options.MaxWaiters), answers 429 with "limit":"replica".
+	WaitersPerCaller int
 }
 
 type server struct {
@@ -78,6 +86,7 @@ type server struct {
 	opt      Options
 	validate *validator.Validate
 	cursors  *cursorSeal
+	waiters  *waiterShares // nil: no share per caller
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -108,6 +117,9 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	}
 	contract.bounds = boundsOf(locker)
 	s := &server{locker: locker, opt: o, validate: newValidator(), cursors: newCursorSeal()}
+	if o.WaitersPerCaller > 0 {
+		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
+	}
 
 	r := chi.NewRouter()
 	r.Use(accessLog(*o.Logger), s.audit, recoverer)

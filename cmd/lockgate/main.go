@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
-		OnRequest: m.Request, Metrics: m.Handler(),
+		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
 	}
 	stopHangup := wireOps(ctx, cfg, log, hopts)
 	defer stopHangup()
