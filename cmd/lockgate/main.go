@@ -133,7 +133,8 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 	if len(cfg.Redis) == 0 {
 		log.Warn().Msg("no Redis configured (-redis / LOCKGATE_REDIS): using the embedded in-memory lock store; " +
 			"locks and fencing counters live in this process only and are lost when it exits")
-		return []lockcore.Node{memnode.New(&memnode.Options{Name: "embedded"})}, func() {}, nil
+		n := memnode.New(&memnode.Options{Name: "embedded"})
+		return []lockcore.Node{n}, n.Close, nil
 	}
 	var nodes []lockcore.Node
 	var rn []*redisnode.Node
