@@ -78,6 +78,7 @@ type Policy struct {
 }
 
 type entry struct {
+	line     int
 	name     string
 	digest   [sha256.Size]byte
 	methods  map[string]bool
@@ -147,7 +148,7 @@ func Parse(r io.Reader) (*Policy, error) {
 		if len(f[0]) < 16 || len(f[0]) > 4096 || !tokenPattern.MatchString(f[0]) {
 			return nil, bad("the token must be 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / =")
 		}
-		e := entry{digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}, name: fmt.Sprintf("line-%d", n)}
+		e := entry{line: n, digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}, name: fmt.Sprintf("line-%d", n)}
 		if len(f) == 4 {
 			if !namePattern.MatchString(f[3]) {
 				return nil, bad("the name must be 1 to 64 characters of A-Z a-z 0-9 . _ - @ :")
@@ -199,6 +200,23 @@ func Parse(r io.Reader) (*Policy, error) {
 
 // Len is the number of tokens.
 func (p *Policy) Len() int { return len(p.entries) }
+
+// OpenPrefixes returns the prefixes that do not end with a separator
+// (- : . _), each as "line N: prefix", in file order. Such a prefix is
+// easy to grant wider than meant: "x" also covers xylophone, "tenant1"
+// also covers tenant10-jobs. The file is valid with them; a caller may
+// warn about them.
+func (p *Policy) OpenPrefixes() []string {
+	var out []string
+	for _, e := range p.entries {
+		for _, pre := range e.prefixes {
+			if !strings.ContainsRune("-:._", rune(pre[len(pre)-1])) {
+				out = append(out, fmt.Sprintf("line %d: %s", e.line, pre))
+			}
+		}
+	}
+	return out
+}
 
 // lookup returns the entry whose token is token, comparing token's digest
 // with every entry's in constant time, or nil.

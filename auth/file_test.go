@@ -125,3 +125,14 @@ func TestFileReloadKeepsTheOldTokensOnABadFile(t *testing.T) {
 		t.Fatal("a bad file changed the tokens in force")
 	}
 }
+
+func TestOpenPrefixesAreThoseWithoutASeparator(t *testing.T) {
+	p, err := Parse(strings.NewReader("# c\n" + oncall + " GET x,tenant1,a-,b:,c.,d_ one\n" + reader + " * * two\n" +
+		admin + " PUT tenant2 three\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.OpenPrefixes(), []string{"line 2: x", "line 2: tenant1", "line 4: tenant2"}; !slices.Equal(got, want) {
+		t.Errorf("OpenPrefixes = %q, want %q", got, want)
+	}
+}

@@ -232,6 +232,7 @@ func logConfig(log zerolog.Logger, cfg *config) {
 		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
 		warnReadableAuthFile(log, cfg.AuthFile)
+		warnOpenPrefixes(log, cfg.AuthFile, cfg.tokens.Policy())
 		return
 	}
 	ev := log.Info()

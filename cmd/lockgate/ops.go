@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockgate/lockgate/auth"
 	"github.com/lockgate/lockgate/handlers"
 )
 
@@ -40,6 +41,7 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 				return
 			}
 			log.Info().Str("auth_file", f.Path()).Int("tokens", p.Len()).Msg("auth file reloaded")
+			warnOpenPrefixes(log, f.Path(), p)
 		})
 	}
 	go func() {
@@ -74,6 +76,17 @@ func warnReadableAuthFile(log zerolog.Logger, path string) {
 	}
 	log.Warn().Str("auth_file", path).Str("mode", fi.Mode().Perm().String()).
 		Msg("the auth file is readable by users other than its owner; chmod 600 it")
+}
+
+// warnOpenPrefixes warns about the auth file's prefixes that do not end
+// with a separator: each grants every name that starts with it ("x" also
+// covers xylophone), which is rarely what was meant.
+func warnOpenPrefixes(log zerolog.Logger, path string, p *auth.Policy) {
+	if open := p.OpenPrefixes(); len(open) > 0 {
+		log.Warn().Str("auth_file", path).Strs("prefixes", open).
+			Msg("auth file prefixes without a trailing separator (- : . _) grant every name that starts with them " +
+				"(x also covers xylophone); end each with a separator, as in x-")
+	}
 }
 
 // redisLogger puts go-redis's own messages (failed dials, pool trouble) into

@@ -239,11 +239,12 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	}
 }
 
-// The auth file's mode is checked each time the file is read: a file group
-// or other users may read is warned about at start-up and at every reload.
-func TestAReadableAuthFileIsWarnedAboutAtEveryLoad(t *testing.T) {
+// The auth file's mode and prefixes are checked each time the file is read:
+// a file group or other users may read, and a prefix without a trailing
+// separator, are warned about at start-up and at every reload.
+func TestAuthFileWarningsAtEveryLoad(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(file, []byte(opsWriter+" * * writer\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(opsWriter+" * * writer\n"+opsNew+" GET tenant1,tenant2- reader\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	chmod := func(mode os.FileMode) {
@@ -257,6 +258,12 @@ func TestAReadableAuthFileIsWarnedAboutAtEveryLoad(t *testing.T) {
 	g := startGateway(t, nil, map[string]string{"LOCKGATE_AUTH_FILE": file})
 	if n := strings.Count(g.log.String(), warning); n != 1 {
 		t.Fatalf("%d warnings at start-up for a 0640 file, want 1:\n%s", n, g.log)
+	}
+	// So is a prefix without a trailing separator, at start-up and at every
+	// reload.
+	open := `"prefixes":["line 2: tenant1"]`
+	if n := strings.Count(g.log.String(), open); n != 1 {
+		t.Fatalf("%d warnings of the prefix tenant1 at start-up, want 1:\n%s", n, g.log)
 	}
 	reloads := 0
 	for _, tc := range []struct {
@@ -277,6 +284,9 @@ func TestAReadableAuthFileIsWarnedAboutAtEveryLoad(t *testing.T) {
 		}
 		if n := strings.Count(g.log.String(), warning); n != tc.warnings {
 			t.Errorf("after a reload of a %v file: %d warnings in all, want %d", tc.mode, n, tc.warnings)
+		}
+		if n := strings.Count(g.log.String(), open); n != reloads+1 {
+			t.Errorf("after %d reloads: %d warnings of the prefix tenant1, want %d", reloads, n, reloads+1)
 		}
 	}
 }
