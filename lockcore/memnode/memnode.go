@@ -8,7 +8,7 @@
 //
 // Like any node it keeps one fencing counter per slot (lockcore.FenceSlots),
 // so its memory is bounded by the locks it holds: an expired lock is
-// forgotten within about sweepEvery by a sweeper goroutine that runs while
+// forgotten within about 100 ms by a sweeper goroutine that runs while
 // the node holds locks (Close stops it), and a listing step seeks in name
 // order instead of walking every lock. New returns a node in service;
 // LoseData simulates a node that restarted empty, for tests of the
