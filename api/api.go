@@ -83,6 +83,10 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// RetryAfterMs is the holder's remaining TTL (409) or a suggested wait.
 	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
+	// Limit names the limit a too-many-waiters problem (429) hit: "caller"
+	// (the caller's share of the replica's waiters) or "replica" (the
+	// replica's waiters, all callers together).
+	Limit string `json:"limit,omitempty"`
 }
 
 // Problem types: the "type" member of each problem lockgate answers with.

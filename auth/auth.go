@@ -20,16 +20,23 @@
 //     operation names inspect, acquire, extend, release; any case), or * for
 //     all four, and force: breaking a lock whoever holds it (DELETE
 //     /locks/{resource}?force=true). * does not include force: it must be
-//     named. GET also allows listing held locks (GET /locks), which shows
-//     only the locks under the token's prefixes.
+//     named. GET also allows listing held locks (GET /locks), kept within
+//     the token's prefixes: a listing prefix under one of them is listed,
+//     one that covers some of them is narrowed to those, any other is
+//     refused with 403.
 //   - resource prefixes: a comma-separated list of prefixes of resource
-//     names, or * for every resource. "invoice-" allows invoice-42 and
-//     invoice-7, not invoices.
+//     names, or * for every resource. A prefix is matched as plain text:
+//     "invoice-" allows invoice-42 and invoice-7, not invoices, but
+//     "invoice" would also allow invoices and invoice-archive. End each
+//     prefix with a separator (- : . _) so it covers one name space only.
 //   - name (optional): who uses the token, 1 to 64 characters of A-Z a-z
-//     0-9 . _ - @ :, shown in the audit log instead of the token. Default
+//     0-9 . _ - @ :, shown in the audit log instead of the token and the
+//     key of the caller's rate limit and share of waiters. Default
 //     "line-N", N the line number.
 //
-// Blank lines and lines starting with # are ignored. A token may appear once.
+// Blank lines and lines starting with # are ignored. A token may appear
+// once, and so may a name (given or by default): two tokens with one name
+// would share one audit identity, one rate limit and one share of waiters.
 //
 // # What is guaranteed
 //
@@ -57,6 +64,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,6 +78,7 @@ type Policy struct {
 }
 
 type entry struct {
+	line     int
 	name     string
 	digest   [sha256.Size]byte
 	methods  map[string]bool
@@ -116,11 +125,12 @@ func Load(path string) (*Policy, error) {
 
 // Parse reads a token file's contents (see the package doc).
 //
-// Errors: *ParseError naming the first bad line; ErrNoTokens; or the
-// reader's error.
+// Errors: *ParseError naming the first bad line (a token or a name seen
+// before included); ErrNoTokens; or the reader's error.
 func Parse(r io.Reader) (*Policy, error) {
 	p := &Policy{}
 	seen := map[[sha256.Size]byte]int{}
+	named := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 8192), 64<<10)
 	for n := 1; sc.Scan(); n++ {
@@ -138,7 +148,7 @@ func Parse(r io.Reader) (*Policy, error) {
 		if len(f[0]) < 16 || len(f[0]) > 4096 || !tokenPattern.MatchString(f[0]) {
 			return nil, bad("the token must be 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / =")
 		}
-		e := entry{digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}, name: fmt.Sprintf("line-%d", n)}
+		e := entry{line: n, digest: sha256.Sum256([]byte(f[0])), methods: map[string]bool{}, name: fmt.Sprintf("line-%d", n)}
 		if len(f) == 4 {
 			if !namePattern.MatchString(f[3]) {
 				return nil, bad("the name must be 1 to 64 characters of A-Z a-z 0-9 . _ - @ :")
@@ -149,6 +159,10 @@ func Parse(r io.Reader) (*Policy, error) {
 			return nil, bad("the token of line %d again", first)
 		}
 		seen[e.digest] = n
+		if first, dup := named[e.name]; dup {
+			return nil, bad("the name %q of line %d again: each token needs a name of its own", e.name, first)
+		}
+		named[e.name] = n
 		if f[1] == "*" {
 			for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 				e.methods[m] = true
@@ -187,6 +201,23 @@ func Parse(r io.Reader) (*Policy, error) {
 // Len is the number of tokens.
 func (p *Policy) Len() int { return len(p.entries) }
 
+// OpenPrefixes returns the prefixes that do not end with a separator
+// (- : . _), each as "line N: prefix", in file order. Such a prefix is
+// easy to grant wider than meant: "x" also covers xylophone, "tenant1"
+// also covers tenant10-jobs. The file is valid with them; a caller may
+// warn about them.
+func (p *Policy) OpenPrefixes() []string {
+	var out []string
+	for _, e := range p.entries {
+		for _, pre := range e.prefixes {
+			if !strings.ContainsRune("-:._", rune(pre[len(pre)-1])) {
+				out = append(out, fmt.Sprintf("line %d: %s", e.line, pre))
+			}
+		}
+	}
+	return out
+}
+
 // lookup returns the entry whose token is token, comparing token's digest
 // with every entry's in constant time, or nil.
 func (p *Policy) lookup(token string) *entry {
@@ -220,7 +251,7 @@ func (e *entry) allows(method, resource string) bool {
 // Middleware guards /locks and /locks/...: 401 without a known bearer token,
 // 403 when the token does not allow the request's method on its resource
 // (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
-// listing GET /locks, whose answer the handler filters with Scope).
+// listing GET /locks, which the handler keeps within Grants).
 // Other paths pass through. Put it before request validation, so that an
 // unauthenticated client learns nothing from validation errors.
 func (p *Policy) Middleware(next http.Handler) http.Handler {
@@ -251,7 +282,7 @@ func (p *Policy) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	allowed := e.allows(method, resource)
 	if r.URL.Path == "/locks" || r.URL.Path == "/locks/" {
-		allowed = e.methods[method] // the listing is filtered by Scope
+		allowed = e.methods[method] // the listing is kept within Grants
 	}
 	if !allowed {
 		deny(w, r, http.StatusForbidden, `Bearer realm="lockgate", error="insufficient_scope"`,
@@ -290,19 +321,23 @@ func (p *Policy) Name(r *http.Request) string {
 	return ""
 }
 
-// Scope returns whether the request's bearer token may see each resource
-// (GET on its prefixes), for filtering a listing; nothing is visible
-// without a known token.
-func (p *Policy) Scope(r *http.Request) func(resource string) bool {
+// Grants returns the resource-name prefixes the request's bearer token may
+// read (GET), for keeping a listing within them: all is true for a token
+// allowed every resource. Without a known token, or for a token without
+// GET, it returns no prefix and all false: nothing may be listed.
+func (p *Policy) Grants(r *http.Request) (prefixes []string, all bool) {
 	token, ok := bearer(r.Header)
 	if !ok {
-		return func(string) bool { return false }
+		return nil, false
 	}
 	e := p.lookup(token)
-	if e == nil {
-		return func(string) bool { return false }
+	if e == nil || !e.methods[http.MethodGet] {
+		return nil, false
 	}
-	return func(resource string) bool { return e.allows(http.MethodGet, resource) }
+	if e.prefixes == nil {
+		return nil, true
+	}
+	return slices.Clone(e.prefixes), false
 }
 
 // resourceOf returns the resource name of a /locks/{resource} path and

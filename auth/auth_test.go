@@ -129,6 +129,8 @@ func TestParseErrorsNameTheLineNeverTheToken(t *testing.T) {
 		{"a prefix with a slash", secret + " GET a/b\n", 1, `resource prefix "a/b"`},
 		{"an empty prefix", secret + " GET a,\n", 1, `resource prefix ""`},
 		{"a token twice", secret + " GET *\n\n" + secret + " PUT *\n", 3, "the token of line 1 again"},
+		{"a name twice", secret + " GET a- tenant\n" + admin + " GET b- tenant\n", 2, `the name "tenant" of line 1 again`},
+		{"a default name given", secret + " GET a-\n" + admin + " GET b- line-1\n", 2, `the name "line-1" of line 1 again`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

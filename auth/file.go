@@ -56,5 +56,5 @@ func (f *File) Middleware(next http.Handler) http.Handler {
 // Name is Policy.Name with the policy in force.
 func (f *File) Name(r *http.Request) string { return f.cur.Load().Name(r) }
 
-// Scope is Policy.Scope with the policy in force.
-func (f *File) Scope(r *http.Request) func(resource string) bool { return f.cur.Load().Scope(r) }
+// Grants is Policy.Grants with the policy in force.
+func (f *File) Grants(r *http.Request) (prefixes []string, all bool) { return f.cur.Load().Grants(r) }

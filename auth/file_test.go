@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,7 +51,7 @@ func TestForceAndListingNeedTheirOperations(t *testing.T) {
 	}
 }
 
-func TestNameAndScope(t *testing.T) {
+func TestNameAndGrants(t *testing.T) {
 	p, err := Parse(strings.NewReader(oncall + " GET invoice-,billing: on-call\n\n" + reader + " GET *\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +68,23 @@ func TestNameAndScope(t *testing.T) {
 			t.Errorf("Name = %q, want %q", got, tt.name)
 		}
 	}
-	scope := p.Scope(req(oncall))
-	for res, want := range map[string]bool{"invoice-1": true, "billing:x": true, "invoices": false, "other": false} {
-		if scope(res) != want {
-			t.Errorf("the on-call token sees %s: %v, want %v", res, !want, want)
+	if pre, all := p.Grants(req(oncall)); all || !slices.Equal(pre, []string{"invoice-", "billing:"}) {
+		t.Errorf("the on-call token's grants: %v, all %v", pre, all)
+	}
+	if _, all := p.Grants(req(reader)); !all {
+		t.Error("the * token is not granted every resource")
+	}
+	for _, tok := range []string{unknown, ""} {
+		if pre, all := p.Grants(req(tok)); all || len(pre) != 0 {
+			t.Errorf("no known token is granted %v, all %v", pre, all)
 		}
 	}
-	if !p.Scope(req(reader))("anything") || p.Scope(req(unknown))("anything") || p.Scope(req(""))("anything") {
-		t.Error("Scope of * or of no known token is wrong")
+	q, err := Parse(strings.NewReader(oncall + " PUT,DELETE invoice- writer\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pre, all := q.Grants(req(oncall)); all || len(pre) != 0 {
+		t.Errorf("a token without GET is granted %v, all %v", pre, all)
 	}
 }
 
@@ -113,5 +123,16 @@ func TestFileReloadKeepsTheOldTokensOnABadFile(t *testing.T) {
 	}
 	if status(oncall) != 418 || status(admin) != 401 {
 		t.Fatal("a bad file changed the tokens in force")
+	}
+}
+
+func TestOpenPrefixesAreThoseWithoutASeparator(t *testing.T) {
+	p, err := Parse(strings.NewReader("# c\n" + oncall + " GET x,tenant1,a-,b:,c.,d_ one\n" + reader + " * * two\n" +
+		admin + " PUT tenant2 three\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.OpenPrefixes(), []string{"line 2: x", "line 2: tenant1", "line 4: tenant2"}; !slices.Equal(got, want) {
+		t.Errorf("OpenPrefixes = %q, want %q", got, want)
 	}
 }

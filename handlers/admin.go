@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/lockgate/lockgate/api"
@@ -22,7 +23,10 @@ type ForceReleaser interface {
 }
 
 // list handles GET /locks: a page of held locks whose names start with
-// prefix, those Options.Scope hides left out.
+// prefix, kept within the caller's grants (Options.Grants): a prefix under
+// a grant is listed, one that covers grants is narrowed to them (listed one
+// after another), any other is refused with 403. The cursor is sealed
+// (cursorSeal) and holds only names the caller may see.
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	lister, ok := s.locker.(Lister)
 	if !ok {
@@ -34,7 +38,31 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		limit, _ = strconv.Atoi(v) // checked by the contract
 	}
-	page, err := lister.List(r.Context(), q.Get("prefix"), limit, q.Get("cursor"))
+	prefix := q.Get("prefix")
+	var grants []string
+	all := true
+	if s.opt.Grants != nil {
+		grants, all = s.opt.Grants(r)
+	}
+	parts := listParts(prefix, grants, all)
+	if len(parts) == 0 {
+		problem(w, r, http.StatusForbidden, apiForbidden, "this token may list no resource whose name starts with "+
+			strconv.Quote(prefix))
+		return
+	}
+	caller := s.caller(r)
+	pos := listPosition{Part: parts[0]}
+	if c := q.Get("cursor"); c != "" {
+		var ok bool
+		if pos, ok = s.cursors.open(caller, prefix, c); !ok || !slices.Contains(parts, pos.Part) {
+			p := newProblem(r, http.StatusBadRequest, apiInvalid, "cursor: is not a next_cursor of this caller's "+
+				"listing with this prefix from this gateway process, or the caller's grants changed since")
+			p.Field = "cursor"
+			writeProblem(w, r, p, apiInvalid)
+			return
+		}
+	}
+	page, err := lister.List(r.Context(), pos.Part, limit, pos.Inner)
 	if errors.Is(err, lockcore.ErrNotSupported) {
 		problem(w, r, http.StatusInternalServerError, apiInternal, "a lock node cannot list locks")
 		return
@@ -43,19 +71,17 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, err)
 		return
 	}
-	visible := func(string) bool { return true }
-	if s.opt.Scope != nil {
-		visible = s.opt.Scope(r)
-	}
-	out := api.LockList{Locks: []api.LockInfo{}, NextCursor: page.Next}
+	out := api.LockList{Locks: make([]api.LockInfo, 0, len(page.Locks))}
 	for _, l := range page.Locks {
-		if !visible(l.Resource) {
-			continue
-		}
 		out.Locks = append(out.Locks, api.LockInfo{
 			Resource: l.Resource, FencingToken: l.Token, Owner: l.Owner,
 			TTLms: l.TTL.Milliseconds(), ExpiresAt: l.Expires.UTC(),
 		})
+	}
+	if page.Next != "" {
+		out.NextCursor = s.cursors.seal(caller, prefix, listPosition{Part: pos.Part, Inner: page.Next})
+	} else if i := slices.Index(parts, pos.Part); i+1 < len(parts) {
+		out.NextCursor = s.cursors.seal(caller, prefix, listPosition{Part: parts[i+1]})
 	}
 	setOutcome(r, "listed")
 	w.Header().Set("Cache-Control", "no-store")

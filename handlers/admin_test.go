@@ -3,9 +3,11 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,7 +40,7 @@ func authGateway(t *testing.T, log *zerolog.Logger) *gateway {
 	}
 	return newGateway(t, memNodes(3, nil), nil, &handlers.Options{
 		Logger: log, Middleware: []func(http.Handler) http.Handler{p.Middleware},
-		AllowForce: true, Scope: p.Scope, Caller: p.Name,
+		AllowForce: true, Grants: p.Grants, Caller: p.Name,
 	})
 }
 
@@ -261,3 +263,155 @@ func (downLister) InspectLocks(context.Context, []string) ([]lockcore.NodeLock, 
 
 var _ handlers.Lister = (*lockcore.Redlock)(nil)
 var _ handlers.ForceReleaser = (*lockcore.Redlock)(nil)
+
+// Tokens of two tenants, each granted its own prefix.
+const (
+	tenantA  = "tenant-a-token-0123456789abcdef"
+	tenantA2 = "tenant-a2-token-0123456789abcdef"
+	tenantB  = "tenant-b-token-0123456789abcdef"
+	twoGrant = "two-grants-token-0123456789abcdef"
+)
+
+func tenantsGateway(t *testing.T) *gateway {
+	t.Helper()
+	p, err := auth.Parse(strings.NewReader(tenantA + " * a- tenant-a\n" + tenantA2 + " GET a- tenant-a2\n" +
+		tenantB + " * b- tenant-b\n" + twoGrant + " GET b-,a-,a-x line-4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newGateway(t, memNodes(3, nil), nil, &handlers.Options{
+		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Grants: p.Grants, Caller: p.Name,
+	})
+}
+
+// listAll follows a listing to its end and returns the names listed and
+// every cursor it was given.
+func (g *gateway) listAll(t *testing.T, token, query string) (names, cursors []string) {
+	t.Helper()
+	target := "/locks?" + query
+	for pages := 0; ; pages++ {
+		page := g.do(t, GET, target, "", bearerOf(token)...).list(t)
+		for _, l := range page.Locks {
+			names = append(names, l.Resource)
+		}
+		if page.NextCursor == "" {
+			return names, cursors
+		}
+		if pages > 20 {
+			t.Fatal("the listing never ends")
+		}
+		cursors = append(cursors, page.NextCursor)
+		target = "/locks?" + query + "&cursor=" + page.NextCursor
+	}
+}
+
+// A tenant's listing shows nothing of another tenant: a prefix outside its
+// grants is refused whatever is held under it (no yes/no answer), a prefix
+// that covers its grants is narrowed to them, and its cursors are sealed,
+// bound to the caller and the prefix, and hold no name in the clear.
+func TestListingStaysWithinTheCallersGrants(t *testing.T) {
+	t.Parallel()
+	g := tenantsGateway(t)
+	for _, r := range []string{"a-1", "a-2", "a-3", "a-x9"} {
+		if res := g.do(t, PUT, "/locks/"+r, "", bearerOf(tenantA)...); res.Status != http.StatusCreated {
+			t.Fatalf("acquire %s: %s", r, res)
+		}
+	}
+	// What tenant A sees and is answered, asked before and after B holds
+	// locks: the same, byte for byte but for the sealed cursors.
+	probes := []string{"prefix=b-", "prefix=b-la", "prefix=b-lb", "prefix=b-layoffs-q3", "prefix=c", "prefix=a"}
+	view := func() []string {
+		var out []string
+		for _, q := range probes {
+			res := g.do(t, GET, "/locks?"+q, "", bearerOf(tenantA)...)
+			out = append(out, q+" "+http.StatusText(res.Status))
+			if res.Status != http.StatusOK {
+				p := wantProblem(t, res, http.StatusForbidden, api.ProblemForbidden)
+				out = append(out, p.Detail)
+			}
+		}
+		for _, q := range []string{"limit=1", "prefix=&limit=2", "prefix=a&limit=1", "prefix=a-"} {
+			names, cursors := g.listAll(t, tenantA, q)
+			slices.Sort(names)
+			out = append(out, q+" "+strings.Join(names, ",")+" pages "+strconv.Itoa(len(cursors)+1))
+		}
+		return out
+	}
+	before := view()
+	for _, r := range []string{"b-layoffs-q3", "b-layoffs-q4", "b-other"} {
+		wantLease(t, g.do(t, PUT, "/locks/"+r, "", bearerOf(tenantB)...), http.StatusCreated, r)
+	}
+	after := view()
+	if !slices.Equal(before, after) {
+		t.Errorf("tenant A's answers change when tenant B holds locks:\nbefore %q\nafter  %q", before, after)
+	}
+	for _, line := range after {
+		if strings.HasPrefix(line, "this token may list no resource") {
+			continue // the refusal names the prefix A asked for
+		}
+		if strings.Contains(line, "b-layoffs") && !strings.HasPrefix(line, "prefix=b-layoffs") || strings.Contains(line, "b-other") {
+			t.Errorf("tenant A is shown one of B's names: %q", line)
+		}
+	}
+	if names, _ := g.listAll(t, tenantA, "limit=1"); len(names) != 4 {
+		t.Errorf("tenant A lists %v, want its 4 locks", names)
+	}
+
+	// B's cursors open for B only, and only for the prefix they were
+	// issued for.
+	bNames, bCursors := g.listAll(t, tenantB, "prefix=b-&limit=1")
+	slices.Sort(bNames)
+	if want := []string{"b-layoffs-q3", "b-layoffs-q4", "b-other"}; !slices.Equal(bNames, want) || len(bCursors) == 0 {
+		t.Fatalf("tenant B lists %v with %d cursors, want %v", bNames, len(bCursors), want)
+	}
+	for _, c := range bCursors {
+		if res := g.do(t, GET, "/locks?prefix=b-&cursor="+c, "", bearerOf(tenantB)...); res.Status != http.StatusOK {
+			t.Errorf("tenant B's own cursor: %s", res)
+		}
+		wantProblem(t, g.do(t, GET, "/locks?prefix=b-&cursor="+c, "", bearerOf(tenantA)...), http.StatusForbidden, api.ProblemForbidden)
+		for _, q := range []string{"", "prefix=a-&", "prefix=a&"} {
+			p := wantProblem(t, g.do(t, GET, "/locks?"+q+"cursor="+c, "", bearerOf(tenantA)...), http.StatusBadRequest, api.ProblemInvalid)
+			if p.Field != "cursor" {
+				t.Errorf("field %q, want cursor", p.Field)
+			}
+		}
+		// A token granted b- too may list b-, but not through B's cursor.
+		wantProblem(t, g.do(t, GET, "/locks?prefix=b-&cursor="+c, "", bearerOf(twoGrant)...), http.StatusBadRequest, api.ProblemInvalid)
+	}
+
+	// A's cursors: bound to A (not A2, granted the same prefix), opaque,
+	// and a changed one does not open.
+	_, aCursors := g.listAll(t, tenantA, "prefix=a-&limit=1")
+	if len(aCursors) < 3 {
+		t.Fatalf("%d cursors for 4 locks a page", len(aCursors))
+	}
+	for _, c := range append(aCursors, bCursors...) {
+		wantProblem(t, g.do(t, GET, "/locks?prefix=a-&cursor="+c, "", bearerOf(tenantA2)...), http.StatusBadRequest, api.ProblemInvalid)
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil {
+			t.Fatalf("cursor %q is not base64url: %v", c, err)
+		}
+		for _, name := range []string{"a-1", "a-2", "a-3", "a-x9", "b-layoffs", "b-other", `"p"`} {
+			if bytes.Contains(raw, []byte(name)) {
+				t.Errorf("cursor %q shows %q in the clear", c, name)
+			}
+		}
+		flipped := []byte(c)
+		flipped[len(flipped)/2] ^= 1
+		if flipped[len(flipped)/2] == '-'^1 || flipped[len(flipped)/2] == '_'^1 {
+			flipped[len(flipped)/2] = 'A'
+		}
+		wantProblem(t, g.do(t, GET, "/locks?prefix=a-&cursor="+string(flipped), "", bearerOf(tenantA)...), http.StatusBadRequest, api.ProblemInvalid)
+	}
+
+	// A token with several grants: a listing of "" is narrowed to them,
+	// one after the other, each name once (a-x is under a-).
+	names, _ := g.listAll(t, twoGrant, "limit=2")
+	slices.Sort(names)
+	if want := []string{"a-1", "a-2", "a-3", "a-x9", "b-layoffs-q3", "b-layoffs-q4", "b-other"}; !slices.Equal(names, want) {
+		t.Errorf("the two-grant token lists %v, want %v", names, want)
+	}
+	if names, _ := g.listAll(t, twoGrant, "prefix=b-l&limit=1"); len(names) != 2 {
+		t.Errorf("prefix b-l under a grant: %v", names)
+	}
+}

@@ -54,9 +54,12 @@ type Options struct {
 	// it only when a Middleware lets through only callers allowed to (the
 	// auth file's force operation); false answers every force with 403.
 	AllowForce bool
-	// Scope, if set, says which resources a GET /locks caller may see;
-	// others are left out of the listing. Default: all.
-	Scope func(r *http.Request) func(resource string) bool
+	// Grants, if set, returns the resource-name prefixes a GET /locks
+	// caller may list, or all for every resource (auth's Grants). A listing
+	// stays within them: a prefix under a grant is listed, a prefix that
+	// covers grants is narrowed to them, any other gets 403; its cursors
+	// are sealed and hold no name outside them. Default: every resource.
+	Grants func(r *http.Request) (prefixes []string, all bool)
 	// Caller, if set, names the caller in the audit log (e.g. the bearer
 	// token's name, never the token); "" falls back to the client
 	// certificate's subject, then "anonymous".
@@ -68,12 +71,22 @@ type Options struct {
 	// Middleware, so unknown tokens still get 401.
 	RateLimit float64
 	RateBurst int
+	// WaitersPerCaller, if above 0, is each caller's share of waiting
+	// acquisitions (keyed as RateLimit is): past it, a PUT with wait_ms
+	// gets 429 too-many-waiters with "limit":"caller", while other callers
+	// still wait. It counts every acquisition with wait_ms in flight, each
+	// an open connection, whether or not it has started waiting. The lock
+	// service's own bound on waiters, all callers together
+	// (lockcore.Options.MaxWaiters), answers 429 with "limit":"replica".
+	WaitersPerCaller int
 }
 
 type server struct {
 	locker   Locker
 	opt      Options
 	validate *validator.Validate
+	cursors  *cursorSeal
+	waiters  *waiterShares // nil: no share per caller
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -103,7 +116,10 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 		return nil, err
 	}
 	contract.bounds = boundsOf(locker)
-	s := &server{locker: locker, opt: o, validate: newValidator()}
+	s := &server{locker: locker, opt: o, validate: newValidator(), cursors: newCursorSeal()}
+	if o.WaitersPerCaller > 0 {
+		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
+	}
 
 	r := chi.NewRouter()
 	r.Use(accessLog(*o.Logger), s.audit, recoverer)

@@ -802,7 +802,9 @@ func TestAcquireWaiting(t *testing.T) {
 			t.Fatal(second.err)
 		}
 		checkContract(t, PUT, "/locks/w", second.res)
-		wantProblem(t, second.res, http.StatusTooManyRequests, api.ProblemTooManyWaiters)
+		if p := wantProblem(t, second.res, http.StatusTooManyRequests, api.ProblemTooManyWaiters); p.Limit != "replica" {
+			t.Errorf("limit %q, want replica", p.Limit)
+		}
 		if second.res.Header.Get(api.HeaderRetryAfter) == "" {
 			t.Error("429 without Retry-After")
 		}

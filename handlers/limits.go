@@ -54,7 +54,7 @@ func (s *server) rateLimit(perSecond float64, burst int) func(http.Handler) http
 				next.ServeHTTP(w, r)
 				return
 			}
-			if wait := rl.take(rl.key(r), time.Now()); wait > 0 {
+			if wait := rl.take(rl.s.callerKey(r), time.Now()); wait > 0 {
 				w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 				ms := wait.Milliseconds()
 				p := newProblem(r, http.StatusTooManyRequests, apiRateLimited, "over this caller's limit of "+
@@ -68,8 +68,11 @@ func (s *server) rateLimit(perSecond float64, burst int) func(http.Handler) http
 	}
 }
 
-func (rl *rateLimiter) key(r *http.Request) string {
-	name := rl.s.caller(r)
+// callerKey is the key of the request's caller for its rate limit and its
+// share of waiters: its name (Options.Caller, else the client
+// certificate's subject), else its IP address.
+func (s *server) callerKey(r *http.Request) string {
+	name := s.caller(r)
 	if name != "anonymous" {
 		return "caller:" + name
 	}

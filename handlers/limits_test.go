@@ -24,7 +24,7 @@ func TestRateLimitPerCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGateway(t, memNodes(3, nil), nil, &handlers.Options{
-		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Caller: p.Name, Scope: p.Scope,
+		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Caller: p.Name, Grants: p.Grants,
 		RateLimit: 0.001, RateBurst: 1, // one request, then none for 1000s
 	})
 	lease := []string{api.HeaderLeaseID, leaseA}
@@ -41,7 +41,7 @@ func TestRateLimitPerCaller(t *testing.T) {
 		// A fresh caller per operation: the writer's first request
 		// spends its burst.
 		g := newGateway(t, memNodes(3, nil), nil, &handlers.Options{
-			Middleware: []func(http.Handler) http.Handler{p.Middleware}, Caller: p.Name, Scope: p.Scope,
+			Middleware: []func(http.Handler) http.Handler{p.Middleware}, Caller: p.Name, Grants: p.Grants,
 			RateLimit: 0.001, RateBurst: 1,
 		})
 		first := g.do(t, GET, "/locks/warm-up", "", bearerOf(appWriter)...)
@@ -82,7 +82,7 @@ func TestHeadOnEveryGetRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGateway(t, memNodes(3, nil), nil, &handlers.Options{
-		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Scope: p.Scope, Metrics: http.NotFoundHandler(),
+		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Grants: p.Grants, Metrics: http.NotFoundHandler(),
 	})
 	if _, err := g.locker.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "app:1", TTL: time.Minute}); err != nil {
 		t.Fatal(err)

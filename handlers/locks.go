@@ -34,6 +34,14 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 	if body.Owner != nil {
 		req.Owner = *body.Owner
 	}
+	if req.Wait > 0 && s.waiters != nil {
+		key := s.callerKey(r)
+		if !s.waiters.take(key) {
+			s.waiters.overShare(w, r)
+			return
+		}
+		defer s.waiters.done(key)
+	}
 	lease, err := s.locker.Acquire(r.Context(), req)
 	if err != nil {
 		fail(w, r, err)

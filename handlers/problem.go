@@ -79,8 +79,8 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		problem(w, r, http.StatusServiceUnavailable, apiNoQuorum,
 			strconv.Itoa(quorum.Answered)+" of the "+lockNodes(quorum.Needed)+" needed answered; try again")
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
-		w.Header().Set(api.HeaderRetryAfter, "1")
-		problem(w, r, http.StatusTooManyRequests, apiTooManyWaiters, "this replica has its maximum number of waiters; try again")
+		tooManyWaiters(w, r, limitReplica, "this replica has its maximum number of waiters, all callers "+
+			"together (-max-waiters); try again")
 	case errors.Is(err, lockcore.ErrClosed):
 		w.Header().Set(api.HeaderRetryAfter, "1")
 		problem(w, r, http.StatusServiceUnavailable, apiShuttingDown, "the gateway is shutting down; try another replica or again")

@@ -25,12 +25,15 @@ type config struct {
 	DefaultTTL  time.Duration
 	MaxWait     time.Duration
 	MaxWaiters  int
-	BodyLimit   int64
-	LogLevel    string
-	AuthFile    string
-	tls         tlsSettings
-	rateLimit   float64
-	rateBurst   int
+	// WaitersPerCaller is -max-waiters-per-caller as given (0: see
+	// waiterShare).
+	WaitersPerCaller int
+	BodyLimit        int64
+	LogLevel         string
+	AuthFile         string
+	tls              tlsSettings
+	rateLimit        float64
+	rateBurst        int
 
 	// ReadHeaderTimeout, ReadBodyTimeout and MaxHeaderBytes bound how long
 	// and how much the server reads of a request (see newServer).
@@ -125,6 +128,14 @@ var settings = []setting{
 		c.MaxWaiters = n
 		return nil
 	}},
+	{"max-waiters-per-caller", "LOCKGATE_MAX_WAITERS_PER_CALLER", "0", "waiting acquires one caller (token name, client certificate, else IP address) may have on a replica before 429, within -max-waiters; 0: a quarter of -max-waiters", func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("must be a whole number ≥ 0 (0: a quarter of -max-waiters)")
+		}
+		c.WaitersPerCaller = n
+		return nil
+	}},
 	{"body-limit", "LOCKGATE_BODY_LIMIT", "16384", "largest request body in bytes before 413", func(c *config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 256 || n > 1<<20 {
@@ -213,6 +224,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*c
 	return c, c.check()
 }
 
+// waiterShare is each caller's share of the replica's waiters:
+// -max-waiters-per-caller, or a quarter of -max-waiters (at least 1) when
+// it is 0, so that one caller never holds every waiting slot.
+func (c *config) waiterShare() int {
+	if c.WaitersPerCaller > 0 {
+		return c.WaitersPerCaller
+	}
+	return max(c.MaxWaiters/4, 1)
+}
+
 // check catches settings that contradict each other. The error names the
 // setting the operator gave (a flag or a variable) rather than one left at
 // its default, and says which other setting it contradicts.
@@ -246,6 +267,9 @@ func (c *config) check() error {
 		return conflict("default-ttl", c.DefaultTTL, "is below -%s %v", "min-ttl", c.MinTTL, "is above -%s %v")
 	case c.DefaultTTL > c.MaxTTL:
 		return conflict("default-ttl", c.DefaultTTL, "is above -%s %v", "max-ttl", c.MaxTTL, "is below -%s %v")
+	case c.WaitersPerCaller > c.MaxWaiters:
+		return conflict("max-waiters-per-caller", c.WaitersPerCaller, "is above -%s %v",
+			"max-waiters", c.MaxWaiters, "is below -%s %v")
 	case c.NodeTimeout*2 > c.MinTTL:
 		return conflict("node-timeout", c.NodeTimeout, "must be at most half of -%s %v, or too little validity is left",
 			"min-ttl", c.MinTTL, "must be at least twice -%s %v, or too little validity is left")

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
-		OnRequest: m.Request, Metrics: m.Handler(),
+		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
 	}
 	stopHangup := wireOps(ctx, cfg, log, hopts)
 	defer stopHangup()
@@ -135,8 +135,8 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 			"locks live in this process only and are lost when it exits; fencing tokens start from the clock, so they keep growing across restarts")
 		// Tokens start from the wall clock (see lockcore.ClockFloor), so
 		// that a restarted gateway never hands out a token it gave before.
-		floor := lockcore.ClockFloor(time.Now())
-		return []lockcore.Node{memnode.New(&memnode.Options{Name: "embedded", Floor: floor})}, func() {}, nil
+		n := memnode.New(&memnode.Options{Name: "embedded", Floor: lockcore.ClockFloor(time.Now())})
+		return []lockcore.Node{n}, n.Close, nil
 	}
 	var nodes []lockcore.Node
 	var rn []*redisnode.Node
@@ -233,10 +233,8 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	if cfg.tokens != nil {
 		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
-		if fi, err := os.Stat(cfg.AuthFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
-			log.Warn().Str("auth_file", cfg.AuthFile).Str("mode", fi.Mode().Perm().String()).
-				Msg("the auth file is readable by every user of this machine; chmod 600 it")
-		}
+		warnReadableAuthFile(log, cfg.AuthFile)
+		warnOpenPrefixes(log, cfg.AuthFile, cfg.tokens.Policy())
 		return
 	}
 	ev := log.Info()

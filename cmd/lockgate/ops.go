@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/lockgate/lockgate/auth"
 	"github.com/lockgate/lockgate/handlers"
 )
 
@@ -30,8 +31,9 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 	if cfg.tokens != nil {
 		f := cfg.tokens
 		opts.Middleware = append(opts.Middleware, f.Middleware)
-		opts.AllowForce, opts.Scope, opts.Caller = true, f.Scope, f.Name
+		opts.AllowForce, opts.Grants, opts.Caller = true, f.Grants, f.Name
 		onHangup = append(onHangup, func() {
+			warnReadableAuthFile(log, f.Path())
 			p, err := f.Reload()
 			if err != nil {
 				log.Error().Str("auth_file", f.Path()).Str("reason", err.Error()).
@@ -39,6 +41,7 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 				return
 			}
 			log.Info().Str("auth_file", f.Path()).Int("tokens", p.Len()).Msg("auth file reloaded")
+			warnOpenPrefixes(log, f.Path(), p)
 		})
 	}
 	go func() {
@@ -59,6 +62,30 @@ func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handler
 	return func() {
 		signal.Stop(hup)
 		close(done)
+	}
+}
+
+// warnReadableAuthFile warns when users other than the auth file's owner
+// may read it (group or other read permission): its tokens are secrets.
+// It is called each time the file is read, at start-up and at every
+// reload, so a file loosened while the gateway runs is noticed too.
+func warnReadableAuthFile(log zerolog.Logger, path string) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o044 == 0 {
+		return
+	}
+	log.Warn().Str("auth_file", path).Str("mode", fi.Mode().Perm().String()).
+		Msg("the auth file is readable by users other than its owner; chmod 600 it")
+}
+
+// warnOpenPrefixes warns about the auth file's prefixes that do not end
+// with a separator: each grants every name that starts with it ("x" also
+// covers xylophone), which is rarely what was meant.
+func warnOpenPrefixes(log zerolog.Logger, path string, p *auth.Policy) {
+	if open := p.OpenPrefixes(); len(open) > 0 {
+		log.Warn().Str("auth_file", path).Strs("prefixes", open).
+			Msg("auth file prefixes without a trailing separator (- : . _) grant every name that starts with them " +
+				"(x also covers xylophone); end each with a separator, as in x-")
 	}
 }
 

@@ -239,6 +239,58 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	}
 }
 
+// The auth file's mode and prefixes are checked each time the file is read:
+// a file group or other users may read, and a prefix without a trailing
+// separator, are warned about at start-up and at every reload.
+func TestAuthFileWarningsAtEveryLoad(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(opsWriter+" * * writer\n"+opsNew+" GET tenant1,tenant2- reader\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chmod := func(mode os.FileMode) {
+		t.Helper()
+		if err := os.Chmod(file, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const warning = "the auth file is readable by users other than its owner"
+	chmod(0o640)
+	g := startGateway(t, nil, map[string]string{"LOCKGATE_AUTH_FILE": file})
+	if n := strings.Count(g.log.String(), warning); n != 1 {
+		t.Fatalf("%d warnings at start-up for a 0640 file, want 1:\n%s", n, g.log)
+	}
+	// So is a prefix without a trailing separator, at start-up and at every
+	// reload.
+	open := `"prefixes":["line 2: tenant1"]`
+	if n := strings.Count(g.log.String(), open); n != 1 {
+		t.Fatalf("%d warnings of the prefix tenant1 at start-up, want 1:\n%s", n, g.log)
+	}
+	reloads := 0
+	for _, tc := range []struct {
+		mode     os.FileMode
+		warnings int
+	}{{0o600, 1}, {0o666, 2}, {0o604, 3}, {0o400, 3}} {
+		chmod(tc.mode)
+		reloads++
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(g.log.String(), "auth file reloaded") < reloads {
+			if time.Now().After(deadline) {
+				t.Fatalf("no reload after SIGHUP:\n%s", g.log)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := strings.Count(g.log.String(), warning); n != tc.warnings {
+			t.Errorf("after a reload of a %v file: %d warnings in all, want %d", tc.mode, n, tc.warnings)
+		}
+		if n := strings.Count(g.log.String(), open); n != reloads+1 {
+			t.Errorf("after %d reloads: %d warnings of the prefix tenant1, want %d", reloads, n, reloads+1)
+		}
+	}
+}
+
 // go-redis's own messages (here: dials refused by a stopped node) are JSON
 // lines of the gateway's log, not plain text between them.
 func TestGoRedisLogsGoIntoTheJSONLog(t *testing.T) {

@@ -2,7 +2,6 @@ package memnode
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"github.com/lockgate/lockgate/lockcore"
@@ -13,28 +12,40 @@ var (
 	_ lockcore.ForceReleaser = (*Node)(nil)
 )
 
-// ScanLocks implements lockcore.Lister. The walk is in name order: cursor
-// and next are the last name returned, so a step taken again returns the
-// same names that are still held.
+// scanStep bounds the names one ScanLocks step examines, whatever count
+// asks for (count is a hint, as SCAN's COUNT is): a step holds the node's
+// mutex, so acquisitions wait for at most that many names.
+const scanStep = 256
+
+// ScanLocks implements lockcore.Lister. The walk is in name order, from
+// the node's index: a step seeks past cursor in O(log n) and examines at
+// most count names under prefix (at most scanStep), returning those still
+// held. cursor and next are the last name examined, so a step taken again
+// returns the same names that are still held.
 func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) ([]string, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	count = max(count, 1)
+	count = min(max(count, 1), scanStep)
 	n.mu.Lock()
-	var names []string
-	for name := range n.locks {
-		if strings.HasPrefix(name, prefix) && name > cursor && n.live(name) != nil {
-			names = append(names, name)
-		}
+	defer n.mu.Unlock()
+	now := n.now()
+	e := n.names.from(prefix, true)
+	if cursor >= prefix {
+		e = n.names.from(cursor, false)
 	}
-	n.mu.Unlock()
-	slices.Sort(names)
-	if len(names) <= count {
+	var names []string
+	last := ""
+	for examined := 0; e != nil && examined < count && strings.HasPrefix(e.name, prefix); examined++ {
+		if now.Before(e.expires) {
+			names = append(names, e.name)
+		}
+		last, e = e.name, e.next[0]
+	}
+	if e == nil || !strings.HasPrefix(e.name, prefix) {
 		return names, "", nil
 	}
-	names = names[:count]
-	return names, names[count-1], nil
+	return names, last, nil
 }
 
 // InspectLocks implements lockcore.Lister.
@@ -62,7 +73,7 @@ func (n *Node) ForceRelease(ctx context.Context, resource string) (lockcore.Node
 	if e == nil {
 		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
 	}
-	delete(n.locks, resource)
+	n.drop(e)
 	n.announce(resource)
 	return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token}, nil
 }

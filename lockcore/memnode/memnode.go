@@ -9,8 +9,11 @@
 // when locks must survive restarts.
 //
 // Like any node it keeps one fencing counter per slot (lockcore.FenceSlots),
-// so its memory is bounded by the locks it holds. New returns a node in
-// service; LoseData simulates a node that restarted empty, for tests of the
+// so its memory is bounded by the locks it holds: an expired lock is
+// forgotten within about 100 ms by a sweeper goroutine that runs while
+// the node holds locks (Close stops it), and a listing step seeks in name
+// order instead of walking every lock. New returns a node in service;
+// LoseData simulates a node that restarted empty, for tests of the
 // quarantine.
 package memnode
 
@@ -32,23 +35,33 @@ type Node struct {
 
 	mu       sync.Mutex
 	locks    map[string]*entry
-	counters []int64 // one per slot
+	names    byName   // the locks in name order
+	expiry   byExpiry // the locks by expiry, earliest first
+	counters []int64  // one per slot
 	watchers map[string]map[*watch]struct{}
 	// Data-loss state (see lockcore.NodeHealth).
 	initialized, lost, quarantined bool
 	qsince                         time.Time
 	bootAt                         time.Time // MarkInitializing, while not initialized
 	epoch                          string    // see lockcore.NodeHealth.Epoch
+	// The sweeper (sweep.go).
+	sweeping, closed bool
+	stop             chan struct{}
+	closeOnce        sync.Once
+	sweepers         sync.WaitGroup
 }
 
 type entry struct {
+	name    string
 	lease   string
 	token   int64
 	owner   string
 	ttl     time.Duration
 	expires time.Time
-	by      string // the replica it was granted for
-	wanted  bool   // an acquisition for another replica was refused
+	by      string   // the replica it was granted for
+	wanted  bool     // an acquisition for another replica was refused
+	next    []*entry // in byName, one per level
+	at      int      // in byExpiry
 }
 
 type watch struct{ notify func() }
@@ -70,8 +83,8 @@ var seq atomic.Int64
 
 // New returns an empty node, in service.
 func New(opts *Options) *Node {
-	n := &Node{locks: map[string]*entry{}, counters: make([]int64, lockcore.FenceSlots),
-		watchers: map[string]map[*watch]struct{}{}, initialized: true}
+	n := &Node{locks: map[string]*entry{}, names: newByName(), counters: make([]int64, lockcore.FenceSlots),
+		watchers: map[string]map[*watch]struct{}{}, initialized: true, stop: make(chan struct{})}
 	if opts != nil {
 		n.name, n.now = opts.Name, opts.Now
 		for i := range n.counters {
@@ -101,7 +114,7 @@ func (n *Node) String() string { return n.name }
 func (n *Node) live(resource string) *entry {
 	e := n.locks[resource]
 	if e != nil && !n.now().Before(e.expires) {
-		delete(n.locks, resource)
+		n.drop(e)
 		return nil
 	}
 	return e
@@ -125,7 +138,8 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 	case e == nil:
 		return n.grant(req), nil
 	case e.lease == req.Lease:
-		e.ttl, e.expires = req.TTL, n.now().Add(req.TTL)
+		e.ttl = req.TTL
+		n.expireAt(e, n.now().Add(req.TTL))
 		return lockcore.NodeReply{Status: lockcore.StatusReentered, Token: e.token}, nil
 	default:
 		if req.Waits && e.by != req.Replica {
@@ -141,8 +155,8 @@ func (n *Node) grant(req lockcore.NodeAcquire) lockcore.NodeReply {
 	slot := lockcore.FenceSlot(req.Resource)
 	n.counters[slot]++
 	tok := n.counters[slot]
-	n.locks[req.Resource] = &entry{lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL,
-		expires: n.now().Add(req.TTL), by: req.Replica}
+	n.add(&entry{name: req.Resource, lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL,
+		expires: n.now().Add(req.TTL), by: req.Replica})
 	return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}
 }
 
@@ -165,7 +179,7 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 		if ttl > 0 {
 			e.ttl = ttl
 		}
-		e.expires = n.now().Add(e.ttl)
+		n.expireAt(e, n.now().Add(e.ttl))
 		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, TTL: e.ttl}, nil
 	default:
 		return n.taken(e), nil
@@ -189,7 +203,7 @@ func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int6
 	case mismatch(e, ifToken):
 		return lockcore.NodeReply{Status: lockcore.StatusMismatch, Token: e.token}, nil
 	case e.lease == lease:
-		delete(n.locks, resource)
+		n.drop(e)
 		n.announce(resource)
 		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, Wanted: e.wanted}, nil
 	default:
@@ -229,7 +243,7 @@ func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lo
 	case e.lease != lease:
 		return n.taken(e), absent, nil
 	}
-	delete(n.locks, next.Resource)
+	n.drop(e)
 	released = lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token, Wanted: e.wanted}
 	if next.Replica != "" && e.by == next.Replica && !e.wanted && next.Lease != lease {
 		return released, n.grant(next), nil
@@ -317,6 +331,7 @@ func (n *Node) LoseData() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.locks)
+	n.names, n.expiry = newByName(), nil
 	clear(n.counters)
 	n.initialized, n.quarantined, n.lost = false, false, true
 	n.bootAt, n.epoch = time.Time{}, ""
