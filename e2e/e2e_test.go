@@ -388,3 +388,33 @@ func TestBadConfigurationStopsTheStart(t *testing.T) {
 		})
 	}
 }
+
+// TestTheEmbeddedStoreKeepsTokensGrowingAcrossAKill: the fencing
+// walkthrough on the embedded gateway, with the gateway killed (SIGKILL)
+// between the two holders. Client 2's token must be above client 1's, and
+// client 1's late write refused, although the gateway kept nothing.
+func TestTheEmbeddedStoreKeepsTokensGrowingAcrossAKill(t *testing.T) {
+	lockgate, fencedkv := binary(t, "lockgate"), binary(t, "fencedkv")
+	kv := start(t, fencedkv)
+	doc := kv.base + "/kv/report-9"
+	put := func(value string, token int64) reply {
+		return call(t, "PUT", doc, value, "Fencing-Token", strconv.FormatInt(token, 10))
+	}
+	gw := start(t, lockgate)
+	r := call(t, "PUT", gw.base+"/locks/report-9", `{"ttl_ms": 60000}`)
+	expect(t, "client 1 acquires", r, 201)
+	t1 := r.token(t)
+	expect(t, "client 1 writes", put("draft by client 1", t1), 204)
+	_ = gw.cmd.Process.Kill()
+	<-gw.done
+
+	gw = start(t, lockgate)
+	r = call(t, "PUT", gw.base+"/locks/report-9", `{"ttl_ms": 60000}`)
+	expect(t, "client 2 acquires after the restart", r, 201)
+	t2 := r.token(t)
+	if t2 <= t1 {
+		t.Fatalf("after a restart of the embedded gateway, token %d is not above %d", t2, t1)
+	}
+	expect(t, "client 2 writes", put("final by client 2", t2), 204)
+	expect(t, "client 1's late write", put("late write by client 1", t1), 409)
+}
