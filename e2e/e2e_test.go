@@ -24,6 +24,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/internal/testlog"
+	"github.com/lockgate/lockgate/lockcore"
 )
 
 var (
@@ -177,7 +178,9 @@ func expect(t *testing.T, step string, got reply, status int) {
 // TestReadmeWalkthrough follows README.md's walkthrough against the gateway
 // started as the README says (no Redis: the embedded store).
 func TestReadmeWalkthrough(t *testing.T) {
-	gw := start(t, binary(t, "lockgate"))
+	bin := binary(t, "lockgate")
+	began0 := time.Now()
+	gw := start(t, bin)
 	if !strings.Contains(gw.log.String(), "using the embedded in-memory lock store") {
 		t.Fatalf("startup log does not say it uses the embedded store:\n%s", gw.log.String())
 	}
@@ -186,7 +189,14 @@ func TestReadmeWalkthrough(t *testing.T) {
 
 	r := call(t, "PUT", url, `{"ttl_ms": 30000, "owner": "billing-worker-1"}`, "Lease-Id", lease)
 	expect(t, "1. acquire", r, 201)
-	if r.header.Get("Lease-Id") != lease || r.header.Get("Fencing-Token") != "1" || r.header.Get("Etag") != `"1"` ||
+	// The embedded store's tokens start from the clock (so that they grow
+	// across restarts): above any token of an earlier start.
+	t0 := r.token(t)
+	if t0 <= lockcore.ClockFloor(began0) {
+		t.Fatalf("1. token %d, want above the clock floor of the gateway's start %d", t0, lockcore.ClockFloor(began0))
+	}
+	tok := strconv.FormatInt(t0, 10)
+	if r.header.Get("Lease-Id") != lease || r.header.Get("Fencing-Token") != tok || r.header.Get("Etag") != `"`+tok+`"` ||
 		r.header.Get("Location") != "/locks/invoice-42" {
 		t.Fatalf("1. acquire headers: %v", r.header)
 	}
@@ -196,8 +206,8 @@ func TestReadmeWalkthrough(t *testing.T) {
 
 	r = call(t, "PUT", url, "", "Lease-Id", lease)
 	expect(t, "2. same lease again", r, 200)
-	if r.token(t) != 1 {
-		t.Fatalf("2. token %d, want 1", r.token(t))
+	if r.token(t) != t0 {
+		t.Fatalf("2. token %d, want %d", r.token(t), t0)
 	}
 
 	r = call(t, "PUT", url, "")
@@ -209,13 +219,13 @@ func TestReadmeWalkthrough(t *testing.T) {
 
 	r = call(t, "GET", url, "")
 	expect(t, "4. inspect", r, 200)
-	if bytes.Contains(r.body, []byte(lease)) || r.json(t)["owner"] != "billing-worker-1" || r.token(t) != 1 {
+	if bytes.Contains(r.body, []byte(lease)) || r.json(t)["owner"] != "billing-worker-1" || r.token(t) != t0 {
 		t.Fatalf("4. inspect: %s", r.body)
 	}
 
 	r = call(t, "PATCH", url, `{"ttl_ms": 60000}`, "Lease-Id", lease)
 	expect(t, "5. extend", r, 200)
-	if r.token(t) != 1 || r.json(t)["ttl_ms"].(float64) != 60000 {
+	if r.token(t) != t0 || r.json(t)["ttl_ms"].(float64) != 60000 {
 		t.Fatalf("5. extend: %s", r.body)
 	}
 
@@ -223,8 +233,8 @@ func TestReadmeWalkthrough(t *testing.T) {
 
 	r = call(t, "PUT", url, "")
 	expect(t, "7. next holder", r, 201)
-	if r.token(t) != 2 {
-		t.Fatalf("7. token %d, want 2", r.token(t))
+	if r.token(t) != t0+1 {
+		t.Fatalf("7. token %d, want %d", r.token(t), t0+1)
 	}
 
 	r = call(t, "PATCH", url, "", "Lease-Id", lease)

@@ -133,7 +133,11 @@
 //     other than the one its last check found makes it stop using the node
 //     until its next check. A node whose maxmemory-policy may evict keys
 //     does not serve, and loses its record, so it recovers before it
-//     serves again.
+//     serves again. A node whose record is whole but one of whose slot
+//     counters is gone (deleted by hand) refuses that slot's locks; the
+//     first lock operation that meets the refusal has the guard read the
+//     node's counters (at most every 10 s), and a missing one quarantines
+//     the node, which then recovers like any other.
 //  6. Quarantine. A node found lost is quarantined (Node.Quarantine): every
 //     lock operation on it fails with ErrQuarantined and changes nothing,
 //     for every gateway, since the mark is kept on the node, per slot. The
@@ -186,8 +190,9 @@
 // TestAnEverysecCrashLosesItsTail, TestAnotherNodesDataBehindAnAddress
 // and TestAFailoverToALaggingReplica (the run id in the record),
 // TestANodeThatMayEvictIsNotCounted (the eviction policy),
-// TestARecoveryNeedsAllButAMinority (recoverNeed) and
-// TestAnEmptyRestartRecoversFromTheOthers (the locks taken in, step 7).
+// TestARecoveryNeedsAllButAMinority (recoverNeed),
+// TestAnEmptyRestartRecoversFromTheOthers (the locks taken in, step 7) and
+// TestAMissingSlotCounterIsRepaired (the audit).
 //
 // A new cluster, in which no node that answers was ever initialized (and at
 // least a quorum answers), is initialized at once with zero counters, unless

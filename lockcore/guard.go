@@ -57,6 +57,12 @@ type guard struct {
 	stop    chan struct{} // closed by close
 	done    chan struct{} // closed when the loop ended
 
+	// suspects has one flag per node, set when a lock operation found the
+	// node out of service (see suspect); audited has when each node's
+	// slots were last audited. Only the guard's passes use audited.
+	suspects []atomic.Bool
+	audited  []time.Time
+
 	mu     sync.Mutex
 	states []NodeState // per node, as last reported
 	wake   *time.Timer // a pass when the earliest quarantine ends
@@ -86,7 +92,8 @@ const bootGrace = 2 * bulkTimeout
 
 func newGuard(r *Redlock) *guard {
 	return &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		states: make([]NodeState, len(r.nodes))}
+		states: make([]NodeState, len(r.nodes)), suspects: make([]atomic.Bool, len(r.nodes)),
+		audited: make([]time.Time, len(r.nodes))}
 }
 
 // ready makes the first pass over the nodes on first use, in the calling
@@ -118,6 +125,40 @@ func (g *guard) stopped() bool {
 	default:
 		return false
 	}
+}
+
+// suspect records that a lock operation found node i out of service, and
+// asks for a pass: the node may be quarantined, or, if its check finds it
+// in service, a slot of it lost its counter (see audit).
+func (g *guard) suspect(i int) {
+	g.suspects[i].Store(true)
+	g.poke()
+}
+
+// auditEvery bounds how often a node's slots are audited (16384 counters
+// read): lock operations on a node out of service suspect it at every
+// call.
+const auditEvery = 10 * time.Second
+
+// audit reads every slot counter of node i, which its check found in
+// service but a lock operation found out of service: a slot whose counter
+// is gone (deleted by hand, evicted before the policy was fixed) refuses
+// every lock of its resources on that node, while the node looks whole.
+// Such a node is quarantined, which removes its record, and recovers like
+// any other. It reports whether it quarantined the node.
+func (g *guard) audit(ctx context.Context, i int) bool {
+	if !g.suspects[i].Swap(false) || time.Since(g.audited[i]) < auditEvery {
+		return false
+	}
+	g.audited[i] = time.Now()
+	bctx, cancel := context.WithTimeout(ctx, bulkTimeout)
+	defer cancel()
+	if _, err := g.r.nodes[i].Counters(bctx); !isQuarantined(err) {
+		return false
+	}
+	g.set(i, NodeLost, "a slot's fencing counter is missing (deleted, or evicted)")
+	g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
+	return true
 }
 
 // poke asks for a pass soon (a node operation found a node quarantined).
@@ -229,6 +270,8 @@ func (g *guard) pass(ctx context.Context) {
 			g.do(ctx, i, "recover", func(ctx context.Context) error { return g.repair(ctx, i, res, true) })
 		case h.Quarantined:
 			next = pick(next, g.r.quarantine()-h.QuarantinedFor)
+		case healthError(h) == nil && g.audit(ctx, i):
+			next = 0 // recover it at the next pass
 		}
 	}
 	if next >= 0 {

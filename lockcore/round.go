@@ -95,7 +95,7 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 			rep, err := fn(cctx, i, n)
 			if err != nil {
 				if isQuarantined(err) {
-					r.guard.poke()
+					r.guard.suspect(i)
 				}
 				err = &NodeError{Node: n.String(), Err: err}
 			}

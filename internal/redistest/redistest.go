@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +34,9 @@ type Server struct {
 	port int
 	args []string
 	proc proc.Process
+	// sentinel is the monitor line of a Sentinel (see StartSentinel), or
+	// "" for a plain server.
+	sentinel string
 }
 
 // Options tune a Server. The zero value runs a server with no persistence.
@@ -91,6 +95,33 @@ func Start(t testing.TB, opts *Options) *Server {
 		}
 	}
 	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
+	return nil
+}
+
+// StartSentinel launches a Redis Sentinel (redis-server --sentinel) on a
+// free loopback port that monitors master under the name name, alone (a
+// quorum of 1), and fails it over after a second without answers. It is
+// killed when the test ends.
+func StartSentinel(t testing.TB, master *Server, name string) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir()}
+	s.sentinel = fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\n", name, master.port, name, name)
+	s.args = []string{"--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
+		"--logfile", "sentinel.log", "--dir", s.dir}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: no free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.launch(); lastErr == nil {
+			t.Cleanup(s.proc.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: redis-server --sentinel did not start: %v", lastErr)
 	return nil
 }
 
@@ -181,7 +212,15 @@ func (s *Server) Running() bool { return s.proc.Running() }
 
 // launch starts the server on its port and waits until it answers PING.
 func (s *Server) launch() error {
-	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port)}, s.args...)...)
+	args := append([]string{"--port", strconv.Itoa(s.port)}, s.args...)
+	if s.sentinel != "" {
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
+			return err
+		}
+		args = append([]string{conf, "--sentinel"}, args...)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	if err := s.proc.Launch(cmd, func() error { return ping(s.Addr()) }, 5*time.Millisecond, 5*time.Second); err != nil {
 		return fmt.Errorf("redis-server on port %d: %w: %s", s.port, err, s.logTail())

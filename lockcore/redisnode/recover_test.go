@@ -3,6 +3,7 @@ package redisnode_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -433,4 +434,148 @@ func TestANewerDataFormatIsRefused(t *testing.T) {
 		return err != nil && errors.As(err, &re)
 	})
 	t.Logf("refused: %v", re)
+}
+
+// TestASentinelFailoverIsALossRecoveredFrom: node A is a primary that a
+// real Redis Sentinel manages, named by a redis-sentinel:// URL, with a
+// replica. A dies; the Sentinel promotes the replica and the gateway's
+// client follows it. The promoted replica carries A's record, which names
+// A's server process, so it does not count (B is paused: it cannot
+// recover) until B answers again; then it recovers from B and C and
+// serves, and tokens keep growing. (A replica that lags behind a fixed
+// address is TestAFailoverToALaggingReplica: the Sentinel would repoint a
+// replica that replicates through a stalled link.)
+func TestASentinelFailoverIsALossRecoveredFrom(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	a, b := srvs[0], srvs[1]
+	replica := redistest.Start(t, &redistest.Options{AOF: true})
+	ctx := context.Background()
+	rr := connect(t, replica).Client()
+	if err := rr.ReplicaOf(ctx, "127.0.0.1", portOf(a.Addr())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := redistest.StartSentinel(t, a, "node-a")
+	urls := urlsOf(srvs)
+	urls[0] = "redis-sentinel://" + sentinel.Addr() + "/node-a"
+	rl := recoverGateway(t, urls, true, nil)
+	top := cycle(t, rl, "sentinel")
+	waitUntil(t, "the replica in sync", func() bool {
+		return rr.Exists(ctx, "lockgate:{meta}:node").Val() == 1 && strings.Contains(rr.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	b.Pause()
+	a.Kill()
+	if !poll(20*time.Second, func() bool { return strings.Contains(rr.Info(ctx, "replication").Val(), "role:master") }) {
+		b.Resume()
+		t.Fatal("the Sentinel did not promote the replica within 20 s")
+	}
+	// The gateway reaches the promoted replica through the Sentinel, and
+	// does not count it: it cannot recover without B.
+	var err error
+	for range 20 {
+		if _, err = rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "sentinel", TTL: time.Second}); err == nil {
+			b.Resume()
+			t.Fatal("granted by the promoted replica, not recovered, and C")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Resume()
+	l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "sentinel", TTL: time.Second}, 10*time.Second)
+	if l.Token <= top {
+		t.Fatalf("token %d after %d", l.Token, top)
+	}
+	if v, err := rr.HGet(ctx, "lockgate:{meta}:node", "rid").Result(); err != nil || !strings.Contains(rr.Info(ctx, "server").Val(), "run_id:"+v) {
+		t.Fatalf("the promoted replica's record names %q (%v), not its own server process", v, err)
+	}
+}
+
+// TestARollingRestartOfEverysecNodes restarts three nodes that sync their
+// AOF once a second, one at a time, each once the previous one serves
+// again, while four clients acquire and release. Each restarted node
+// recovers from the other two, so acquisitions go on; tokens of every
+// name keep growing. The share of attempts that found no quorum is logged.
+func TestARollingRestartOfEverysecNodes(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true, Args: []string{"--appendfsync", "everysec"}})
+	rl := recoverGateway(t, urlsOf(srvs), true, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	type tally struct{ ok, failed int }
+	results := make(chan tally, 4)
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			var n tally
+			var last int64
+			res := "rolling-" + string(rune('a'+w))
+			for ctx.Err() == nil {
+				l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
+				if err != nil {
+					n.failed++
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				if l.Token <= last {
+					errs <- fmt.Errorf("%s: token %d after %d", res, l.Token, last)
+				}
+				last = l.Token
+				n.ok++
+				_ = rl.Release(context.Background(), lockcore.ReleaseRequest{Resource: res, LeaseID: l.ID})
+			}
+			results <- n
+		}()
+	}
+	for i, s := range srvs {
+		time.Sleep(500 * time.Millisecond)
+		s.Restart()
+		waitUntil(t, fmt.Sprintf("node %d back in service", i), func() bool { return inService(health(t, s)) })
+	}
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	var total tally
+	for range 4 {
+		n := <-results
+		total.ok += n.ok
+		total.failed += n.failed
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("rolling restart of 3 everysec nodes: %d acquisitions granted, %d found no quorum (%.2f %%)",
+		total.ok, total.failed, 100*float64(total.failed)/float64(total.ok+total.failed))
+	if total.ok == 0 {
+		t.Fatal("nothing granted during the rolling restart")
+	}
+}
+
+// TestAMissingSlotCounterIsRepaired: one slot's counter is deleted on A
+// (by hand, or evicted before the policy was fixed). A's record is whole,
+// so its checks find it in service, but its scripts refuse every lock of
+// that slot. A lock operation that meets the refusal has the guard audit
+// A's slots: A is quarantined and recovers from B and C, counter included,
+// and serves the slot again.
+func TestAMissingSlotCounterIsRepaired(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	rl := recoverGateway(t, urlsOf(srvs), true, nil)
+	const res = "slot-counter"
+	top := cycle(t, rl, res)
+	ra := connect(t, srvs[0]).Client()
+	ctx := context.Background()
+	key := slotKey(lockcore.FenceSlot(res))
+	if err := ra.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var l *lockcore.Lease
+	if !poll(10*time.Second, func() bool {
+		l = acquireWithin(t, rl, lockcore.AcquireRequest{Resource: res, TTL: time.Second}, 3*time.Second)
+		held := ra.HGet(ctx, "lockgate:{"+res+"}:lock", "lease").Val() == l.ID
+		_ = rl.Release(ctx, lockcore.ReleaseRequest{Resource: res, LeaseID: l.ID})
+		return held
+	}) {
+		t.Fatalf("A still refuses %s 10 s after its slot counter was deleted (counter %q)", res, ra.HGet(ctx, key, "n").Val())
+	}
+	if n, err := ra.HGet(ctx, key, "n").Int64(); err != nil || n < top {
+		t.Fatalf("A's counter for the slot: %d, %v; want at least %d", n, err, top)
+	}
+	if l.Token <= top {
+		t.Fatalf("token %d after %d", l.Token, top)
+	}
 }

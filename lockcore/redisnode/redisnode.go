@@ -74,6 +74,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -211,8 +212,13 @@ type Options struct {
 }
 
 // New returns a node for the Redis server at rawURL: redis://[user:pass@]host:port[/db]
-// or rediss:// for TLS. It does not connect; use Ping to check. It fails
-// only when the URL is malformed.
+// or rediss:// for TLS, or a primary that Redis Sentinel manages:
+// redis-sentinel://[user:pass@]host:port/mastername?addr=host:port&addr=host:port
+// (the Sentinels' addresses; user and password are the primary's and, the
+// same, the Sentinels'; rediss-sentinel:// for TLS). A failover to a
+// replica is a new server process, which the node recovers from like any
+// loss (see Check). It does not connect; use Ping to check. It fails only
+// when the URL is malformed.
 //
 // The node serves no lock until a Check found its data whole or Repair
 // initialized it (lockcore.Redlock does both).
@@ -226,6 +232,9 @@ func NewWithOptions(rawURL string, o *Options) (*Node, error) {
 // newNode is NewWithOptions; pipelined false runs every script on its own
 // pooled connection, as before the pipe (for benchmarks that compare).
 func newNode(rawURL string, o *Options, pipelined bool) (*Node, error) {
+	if strings.HasPrefix(rawURL, "redis-sentinel://") || strings.HasPrefix(rawURL, "rediss-sentinel://") {
+		return newSentinelNode(rawURL, o, pipelined)
+	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
