@@ -87,6 +87,25 @@ type Problem struct {
 	// (the caller's share of the replica's waiters) or "replica" (the
 	// replica's waiters, all callers together).
 	Limit string `json:"limit,omitempty"`
+	// Nodes says, in a 503 of /readyz, what each lock node is doing (in
+	// the order of the gateway's -redis list; their addresses are not
+	// given).
+	Nodes []NodeState `json:"nodes,omitempty"`
+}
+
+// NodeState is one lock node's state in a not-ready answer.
+type NodeState struct {
+	// State is serving, unreachable, refusing, lost, quarantined or
+	// uninitialized.
+	State string `json:"state"`
+	// Reason says why a node does not serve (which rule found a loss, why
+	// it refuses, how its quarantine ends); empty for an unreachable node,
+	// whose error would name its address.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the gateway found the node in this state.
+	Since *time.Time `json:"since,omitempty"`
+	// Until is when the node is expected to serve again, when known.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // Problem types: the "type" member of each problem lockgate answers with.

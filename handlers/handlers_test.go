@@ -1311,3 +1311,41 @@ func TestHostileInputIsRefusedWithAProblem(t *testing.T) {
 	wantProblem(t, g.do(t, GET, "/locks/r", ""), http.StatusNotFound, api.ProblemNotHeld)
 	wantLease(t, g.do(t, PATCH, "/locks/held", "", api.HeaderLeaseID, l.LeaseID), http.StatusOK, "held")
 }
+
+// TestANoQuorumAnswerSaysWhenAQuorumIsBack: two of three nodes lost their
+// data and cannot recover from the third alone, so they are quarantined
+// for the largest TTL (1 h). A 503 says so in Retry-After, and /readyz
+// gives each node's state, why, and until when.
+func TestANoQuorumAnswerSaysWhenAQuorumIsBack(t *testing.T) {
+	t.Parallel()
+	a, b, c := memnode.New(nil), memnode.New(nil), memnode.New(nil)
+	g := newGateway(t, []lockcore.Node{a, b, c}, &lockcore.Options{CheckInterval: 10 * time.Millisecond}, nil)
+	if res := g.do(t, GET, "/readyz", ""); res.Status != http.StatusOK {
+		t.Fatalf("readyz before the losses: %s", res)
+	}
+	b.LoseData()
+	c.LoseData()
+	var p api.Problem
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res := g.do(t, GET, "/readyz", "")
+		p = api.Problem{}
+		_ = json.Unmarshal([]byte(res.Body), &p)
+		if len(p.Nodes) == 3 && p.Nodes[1].State == "quarantined" && p.Nodes[2].State == "quarantined" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz never showed two quarantined nodes: %s", res)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Nodes[0].State != "serving" || p.Nodes[1].Until == nil || time.Until(*p.Nodes[1].Until) < 50*time.Minute ||
+		!strings.Contains(p.Nodes[1].Reason, "serves again after") {
+		t.Fatalf("readyz's nodes: %+v", p.Nodes)
+	}
+	res := g.do(t, PUT, "/locks/r", `{"ttl_ms":1000}`)
+	wantProblem(t, res, http.StatusServiceUnavailable, api.ProblemNoQuorum)
+	if s, _ := strconv.Atoi(res.Header.Get(api.HeaderRetryAfter)); s < 3000 || s > 3700 {
+		t.Fatalf("Retry-After %q with the quorum back in an hour", res.Header.Get(api.HeaderRetryAfter))
+	}
+}

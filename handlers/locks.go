@@ -128,11 +128,43 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.ReadyTimeout)
 	defer cancel()
-	if err := s.locker.Ready(ctx); err != nil {
+	err := s.locker.Ready(ctx)
+	var quorum *lockcore.QuorumError
+	if nr, ok := s.locker.(nodeReporter); ok && errors.As(err, &quorum) {
+		noQuorum(w, r, quorum, nodeStates(nr.NodeReports()))
+		return
+	}
+	if err != nil {
 		fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, api.Health{Status: "ready"})
+}
+
+// nodeReporter is implemented by a Locker that reports its nodes' states
+// (lockcore.Redlock): /readyz gives them in its 503.
+type nodeReporter interface {
+	NodeReports() []lockcore.NodeReport
+}
+
+// nodeStates turns node reports into the not-ready answer's members.
+func nodeStates(reports []lockcore.NodeReport) []api.NodeState {
+	out := make([]api.NodeState, len(reports))
+	for i, rp := range reports {
+		out[i] = api.NodeState{State: string(rp.State), Reason: rp.Reason}
+		if rp.State == lockcore.NodeUnreachable {
+			out[i].Reason = "" // the error names the node's address
+		}
+		if !rp.Since.IsZero() {
+			since := rp.Since.UTC()
+			out[i].Since = &since
+		}
+		if !rp.Until.IsZero() {
+			until := rp.Until.UTC()
+			out[i].Until = &until
+		}
+	}
+	return out
 }
 
 func resourceParam(r *http.Request) string { return chi.URLParam(r, "resource") }

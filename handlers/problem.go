@@ -67,17 +67,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		setOutcome(r, "client_gone")
 		w.WriteHeader(statusClientClosedRequest)
 	case errors.As(err, &quorum):
-		// The per-node causes name the nodes: they go to the log for the
-		// operator, not to the client (nor to /readyz, which anyone may ask).
-		causes := make([]string, len(quorum.Causes))
-		for i, c := range quorum.Causes {
-			causes[i] = c.Error()
-		}
-		logEvent(r, zerolog.WarnLevel).Str("op", quorum.Op).Int("answered", quorum.Answered).
-			Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
-		w.Header().Set(api.HeaderRetryAfter, "1")
-		problem(w, r, http.StatusServiceUnavailable, apiNoQuorum,
-			strconv.Itoa(quorum.Answered)+" of the "+lockNodes(quorum.Needed)+" needed answered; try again")
+		noQuorum(w, r, quorum, nil)
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
 		tooManyWaiters(w, r, limitReplica, "this replica has its maximum number of waiters, all callers "+
 			"together (-max-waiters); try again")
@@ -88,6 +78,26 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		logEvent(r, zerolog.ErrorLevel).Err(err).Msg("unexpected error")
 		problem(w, r, http.StatusInternalServerError, apiInternal, "unexpected error")
 	}
+}
+
+// noQuorum answers 503 for a *lockcore.QuorumError, with Retry-After (and
+// retry_after_ms) from when the gateway expects a quorum back (at least a
+// second), and nodes if given (see api.Problem.Nodes).
+func noQuorum(w http.ResponseWriter, r *http.Request, quorum *lockcore.QuorumError, nodes []api.NodeState) {
+	// The per-node causes name the nodes: they go to the log for the
+	// operator, not to the client (nor to /readyz, which anyone may ask).
+	causes := make([]string, len(quorum.Causes))
+	for i, c := range quorum.Causes {
+		causes[i] = c.Error()
+	}
+	logEvent(r, zerolog.WarnLevel).Str("op", quorum.Op).Int("answered", quorum.Answered).
+		Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
+	ms := max(quorum.RetryAfter.Milliseconds(), 1000)
+	w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt((ms+999)/1000, 10))
+	p := newProblem(r, http.StatusServiceUnavailable, apiNoQuorum,
+		strconv.Itoa(quorum.Answered)+" of the "+lockNodes(quorum.Needed)+" needed answered; try again")
+	p.RetryAfterMs, p.Nodes = &ms, nodes
+	writeProblem(w, r, p, apiNoQuorum)
 }
 
 // conflict answers 409 with the holder's remaining TTL in retry_after_ms and

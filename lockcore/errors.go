@@ -74,6 +74,11 @@ type QuorumError struct {
 	Needed   int    // the quorum, N/2+1
 	Answered int    // nodes that gave a definite answer
 	Causes   []error
+	// RetryAfter is when a quorum of nodes is expected in service again,
+	// from what the node guard last found: the end of the quarantines
+	// that keep it from one, about a check interval while nodes recover
+	// from the others, or a second when nothing tells (nodes unreachable).
+	RetryAfter time.Duration
 }
 
 func (e *QuorumError) Error() string {

@@ -237,8 +237,8 @@ func (r *Redlock) skipNode(ctx context.Context, c listCursor, err error) (listCu
 	c = listCursor{Prefix: c.Prefix, Node: c.Node + 1, Skipped: c.Skipped | 1<<c.Node}
 	if failed := bits.OnesCount64(c.Skipped); failed > len(r.nodes)-r.quorum {
 		r.opt.Observer.QuorumFailed("list")
-		return c, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
-			Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}})
+		return c, withCtx(ctx, r.noQuorum(&QuorumError{Op: "list", Needed: r.quorum, Answered: len(r.nodes) - failed,
+			Causes: []error{&NodeError{Node: r.nodes[c.Node-1].String(), Err: err}}}))
 	}
 	return c, nil
 }
@@ -269,7 +269,7 @@ func (r *Redlock) inspectMany(ctx context.Context, listers []Lister, names []str
 	}
 	if answered := len(r.nodes) - len(causes); answered < r.quorum {
 		r.opt.Observer.QuorumFailed("list")
-		return nil, withCtx(ctx, &QuorumError{Op: "list", Needed: r.quorum, Answered: answered, Causes: causes})
+		return nil, withCtx(ctx, r.noQuorum(&QuorumError{Op: "list", Needed: r.quorum, Answered: answered, Causes: causes}))
 	}
 	now := r.opt.Clock.Now()
 	var out []LockInfo
@@ -363,7 +363,7 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, err
 	r.waits.announce(resource, released(results))
 	if t.answered() < r.quorum {
 		r.opt.Observer.QuorumFailed("force")
-		return 0, withCtx(ctx, &QuorumError{Op: "force", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
+		return 0, withCtx(ctx, r.noQuorum(&QuorumError{Op: "force", Needed: r.quorum, Answered: t.answered(), Causes: t.causes}))
 	}
 	if t.ok == 0 {
 		return 0, ErrNotHeld

@@ -676,14 +676,14 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 	if t.ok < r.quorum {
 		switch {
 		case t.answered() < r.quorum:
-			return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
+			return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes}))
 		default:
 			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.freeIn(r.quorum), granted: t.ok})
 		}
 	}
 	if t.maxToken <= 0 || t.maxToken > MaxToken {
-		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(),
-			Causes: []error{fmt.Errorf("lockcore: fencing counter out of range: %d", t.maxToken)}})
+		return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(),
+			Causes: []error{fmt.Errorf("lockcore: fencing counter out of range: %d", t.maxToken)}}))
 	}
 	if err := r.fence(ctx, req.Resource, req.LeaseID, t.maxToken, results); err != nil {
 		return fail(err)
@@ -691,7 +691,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 	now := r.opt.Clock.Now()
 	validity := r.validity(start, now, req.TTL)
 	if validity < MinValidity {
-		return fail(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}})
+		return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}))
 	}
 	return &Lease{
 		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
@@ -723,7 +723,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 	t := count(rd.results, StatusOK)
 	rd.rest(nil) // a raise heard late changed what it had to
 	if t.ok < r.quorum {
-		return &QuorumError{Op: "fence", Needed: r.quorum, Answered: t.ok, Causes: t.causes}
+		return r.noQuorum(&QuorumError{Op: "fence", Needed: r.quorum, Answered: t.ok, Causes: t.causes})
 	}
 	return nil
 }
@@ -908,7 +908,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	validity := r.validity(start, now, ttl)
 	if validity < MinValidity {
 		r.opt.Observer.QuorumFailed("extend")
-		return nil, &QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}
+		return nil, r.noQuorum(&QuorumError{Op: "extend", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}})
 	}
 	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: token, TTL: ttl,
 		Validity: validity, Expires: now.Add(validity), Reentered: true}, nil
@@ -1232,7 +1232,7 @@ func (r *Redlock) verdict(op, resource string, t tally) error {
 		return nil
 	case t.answered() < r.quorum || t.ok+len(t.causes) >= r.quorum:
 		r.opt.Observer.QuorumFailed(op)
-		return &QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes}
+		return r.noQuorum(&QuorumError{Op: op, Needed: r.quorum, Answered: t.answered(), Causes: t.causes})
 	case t.mismatch > 0 && t.ok+t.mismatch >= r.quorum:
 		return ErrTokenMismatch
 	case t.taken > 0:
@@ -1299,7 +1299,7 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	}
 	if answered := len(r.nodes) - len(causes); answered < r.quorum {
 		r.opt.Observer.QuorumFailed("inspect")
-		return nil, withCtx(ctx, &QuorumError{Op: "inspect", Needed: r.quorum, Answered: answered, Causes: causes})
+		return nil, withCtx(ctx, r.noQuorum(&QuorumError{Op: "inspect", Needed: r.quorum, Answered: answered, Causes: causes}))
 	}
 	for _, held := range byLease {
 		if len(held) < r.quorum {
@@ -1335,7 +1335,7 @@ func quorumHolds(quorum int, locks []NodeLock, held func(i int) bool) bool {
 // refusal of writes, or the check's error).
 func (r *Redlock) Ready(ctx context.Context) error {
 	if err := r.guard.ready(ctx); err != nil {
-		return &QuorumError{Op: "check", Needed: r.quorum, Causes: []error{err}}
+		return r.noQuorum(&QuorumError{Op: "check", Needed: r.quorum, Causes: []error{err}})
 	}
 	res := r.guard.check(ctx)
 	r.guard.report(res)
@@ -1354,7 +1354,7 @@ func (r *Redlock) Ready(ctx context.Context) error {
 	}
 	if ok := len(r.nodes) - len(causes); ok < r.quorum {
 		r.opt.Observer.QuorumFailed("check")
-		return &QuorumError{Op: "check", Needed: r.quorum, Answered: ok, Causes: causes}
+		return r.noQuorum(&QuorumError{Op: "check", Needed: r.quorum, Answered: ok, Causes: causes})
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -176,6 +177,26 @@ func TestReadinessFollowsTheQuorum(t *testing.T) {
 	}
 
 	nodes[0].Restart()
+	// Node 0 cannot recover (node 2 is down): /readyz says so, and when
+	// it expects it back.
+	var q api.Problem
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a := g.do(t, http.MethodGet, "/readyz", "")
+		q = api.Problem{}
+		_ = json.Unmarshal([]byte(a.body), &q)
+		if len(q.Nodes) == 3 && q.Nodes[0].State == "quarantined" && q.Nodes[0].Until != nil && q.Nodes[0].Reason != "" &&
+			q.Nodes[2].State == "unreachable" && q.Nodes[2].Reason == "" && a.header.Get(api.HeaderRetryAfter) != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz with node 0 quarantined and node 2 down: %d %s %v", a.status, a.body, a.header)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Contains(fmt.Sprint(q), "127.0.0.1") {
+		t.Errorf("/readyz names a node's address: %+v", q)
+	}
 	g.eventually(t, "/readyz", http.StatusOK)
 	nodes[2].Restart()
 	g.eventually(t, "/readyz", http.StatusOK)
