@@ -65,7 +65,9 @@ type guard struct {
 	audited  []time.Time
 
 	mu     sync.Mutex
-	states []NodeReport // per node, as last reported
+	states []NodeReport  // per node, as last reported
+	last   []checkResult // the last pass's checks, and when (real time)
+	lastAt time.Time
 	wake   *time.Timer // a pass when the earliest quarantine ends
 
 	// seen is set once a pass found any node initialized or lost: the
@@ -242,6 +244,9 @@ func (g *guard) check(ctx context.Context) []checkResult {
 func (g *guard) pass(ctx context.Context) {
 	res := g.check(ctx)
 	g.report(res)
+	g.mu.Lock()
+	g.last, g.lastAt = res, time.Now()
+	g.mu.Unlock()
 	if g.r.opt.UnsafeNoLossProtection {
 		return
 	}
@@ -278,6 +283,14 @@ func (g *guard) pass(ctx context.Context) {
 	if next >= 0 {
 		g.wakeIn(next)
 	}
+}
+
+// lastPass returns the checks of the guard's last pass and when it made
+// them (nil before the first).
+func (g *guard) lastPass() ([]checkResult, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last, g.lastAt
 }
 
 // pick returns the shorter of d and e, where a negative d means none yet.

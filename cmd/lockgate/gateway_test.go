@@ -471,3 +471,34 @@ func TestABadSettingStopsTheStart(t *testing.T) {
 		t.Errorf("err %v, want one naming -auth-file and LOCKGATE_AUTH_FILE", err)
 	}
 }
+
+// TestReadinessCostsTheNodesNothing: /readyz answers from the node guard's
+// last pass (one a second), so 2,000 calls write nothing to the nodes: the
+// node sees only the guard's own checks (check.lua is its only EVAL).
+func TestReadinessCostsTheNodesNothing(t *testing.T) {
+	nodes := redistest.StartN(t, 1, nil)
+	g := startGateway(t, []string{"-redis", redisURLs(nodes)}, nil)
+	g.eventually(t, "/readyz", http.StatusOK)
+	rdb := redis.NewClient(&redis.Options{Addr: nodes[0].Addr()})
+	defer rdb.Close()
+	evals := func() int64 {
+		for line := range strings.Lines(rdb.Info(context.Background(), "commandstats").Val()) {
+			if v, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
+				n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before, began := evals(), time.Now()
+	for range 2000 {
+		if a := g.do(t, http.MethodGet, "/readyz", ""); a.status != http.StatusOK {
+			t.Fatalf("/readyz %d %s", a.status, a.body)
+		}
+	}
+	passes := int64(time.Since(began)/time.Second) + 2
+	if n := evals() - before; n > passes {
+		t.Fatalf("2,000 /readyz calls in %v ran %d scripts on the node; the guard's passes account for at most %d",
+			time.Since(began).Round(time.Millisecond), n, passes)
+	}
+}
