@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,6 +33,30 @@ func fill(t *testing.T, srv *redistest.Server) *redis.Client {
 	for i := range 10000 {
 		err := rdb.Set(ctx, fmt.Sprintf("junk:%d", i), junk, 0).Err()
 		if err != nil && strings.HasPrefix(err.Error(), "OOM") {
+			// Memory settles some 100 KiB below the limit once the AOF
+			// buffer is written; the node would take that many small
+			// writes yet, and only a check landing at the peak would call
+			// it full. Lower the limit below what it holds once settled:
+			// every write now fails.
+			for above, deadline := 0, time.Now().Add(5*time.Second); above < 3; {
+				time.Sleep(100 * time.Millisecond)
+				info, err := rdb.Info(ctx, "memory").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				used, limit := infoInt(t, info, "used_memory"), infoInt(t, info, "maxmemory")
+				if used > limit {
+					above++ // settled above the limit three reads in a row
+					continue
+				}
+				above = 0
+				if time.Now().After(deadline) {
+					t.Fatalf("memory %d stays below the limit %d", used, limit)
+				}
+				if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<10, 10)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			return rdb
 		}
 		if err != nil {
