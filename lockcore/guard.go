@@ -79,7 +79,9 @@ type guard struct {
 // bootGrace is how long a node may stay uninitialized but marked as being
 // initialized (NodeHealth.Initializing, on the node's clock), in a cluster
 // whose other nodes are initialized, before it is quarantined as one that
-// lost its data. Gateway replicas that start together on a new cluster
+// lost its data. A node whose server process restarted since it was
+// marked is not being initialized by anyone: it is found lost at once (see
+// redisnode's judge), and recovers. Gateway replicas that start together on a new cluster
 // initialize it together: each first marks every node (MarkInitializing),
 // then initializes them (bootstrap, within bulkTimeout), so a replica can
 // find some nodes initialized and others only marked. Quarantining those

@@ -2,6 +2,7 @@
 -- a new cluster (lockcore.Node.MarkInitializing).
 -- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
 -- ARGV[1] a new epoch: a random id
+-- ARGV[2] the run id of the server process being marked
 -- On an initialized node (init set) it changes nothing and returns ''. On a
 -- node already marked it returns that mark's epoch (gateways that
 -- initialize a cluster together share it). Otherwise it sets qepoch to
@@ -18,5 +19,5 @@ if e then
   return e
 end
 local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'qepoch', ARGV[1], 'boot', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+redis.call('HSET', KEYS[1], 'qepoch', ARGV[1], 'brid', ARGV[2], 'boot', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
 return ARGV[1]

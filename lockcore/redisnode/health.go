@@ -74,7 +74,7 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 type checkReply struct {
 	init, qdone             bool
 	beat, qsince, now, boot int64 // qsince and boot: -1 when not set
-	epoch, rid, qrid        string
+	epoch, rid, qrid, brid  string
 	format                  int64
 }
 
@@ -82,7 +82,9 @@ type checkReply struct {
 // answers (see the package doc of lockcore, "Nodes that lose their data"):
 //   - not initialized: a new node, or one that restarted empty or was
 //     flushed (the guard tells them apart); Initializing while a gateway's
-//     mark is on it;
+//     mark is on it, made on this very process (a process that restarted
+//     since it was marked kept the mark but not what followed it, and no
+//     gateway is initializing it: it is lost);
 //   - in service: its data was recovered (or initialized) for this very
 //     process (rid = id) and no quarantine is under way;
 //   - quarantined: a quarantine begun for this process has marked every
@@ -97,6 +99,8 @@ type checkReply struct {
 func judge(v checkReply, id string) lockcore.NodeHealth {
 	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch}
 	switch {
+	case !v.init && v.boot >= 0 && v.brid != id:
+		h.Lost, h.Reason = true, "a new server process (run id "+id+") since it was marked for initialization, which it lost"
 	case !v.init:
 		if v.boot >= 0 {
 			h.Initializing, h.InitializingFor = true, time.Duration(v.now-v.boot)*time.Millisecond
@@ -162,8 +166,8 @@ func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, 
 // parseCheck reads check.lua's reply.
 func parseCheck(res any) (checkReply, error) {
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 10 {
-		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 10 values", res)
+	if !ok || len(arr) != 11 {
+		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 11 values", res)
 	}
 	nums, err := ints(append(arr[:6:6], arr[9]), 7)
 	if err != nil {
@@ -174,6 +178,7 @@ func parseCheck(res any) (checkReply, error) {
 	v.epoch, _ = arr[6].(string)
 	v.rid, _ = arr[7].(string)
 	v.qrid, _ = arr[8].(string)
+	v.brid, _ = arr[10].(string)
 	return v, nil
 }
 
@@ -263,9 +268,14 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	return qdoneScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err()
 }
 
-// MarkInitializing implements lockcore.Node with boot.lua.
+// MarkInitializing implements lockcore.Node with boot.lua, naming the
+// server process it marks.
 func (n *Node) MarkInitializing(ctx context.Context) (string, error) {
-	epoch, err := bootScript.Run(ctx, n.rdb, []string{metaKey}, lockcore.NewLeaseID()).Text()
+	info, err := n.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "", timedOut(ctx, err)
+	}
+	epoch, err := bootScript.Run(ctx, n.rdb, []string{metaKey}, lockcore.NewLeaseID(), infoString(info, "run_id")).Text()
 	return epoch, timedOut(ctx, err)
 }
 
