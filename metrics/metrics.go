@@ -87,7 +87,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_requests_total",
-			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
+			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, ui, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
 		}, []string{"op", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_request_duration_seconds",
