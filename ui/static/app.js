@@ -113,7 +113,9 @@ function cell(tr, text, cls) {
 }
 
 function render(locks) {
-  view.locks = locks.map((l) => ({ ...l, expires: Date.parse(l.expires_at) }));
+  // Sorted within the page so that rows stay put from one poll to the next.
+  view.locks = locks.map((l) => ({ ...l, expires: Date.parse(l.expires_at) }))
+    .sort((a, b) => (a.resource < b.resource ? -1 : a.resource > b.resource ? 1 : 0));
   const tbody = $("locks").tBodies[0];
   const rows = document.createDocumentFragment();
   for (const l of view.locks) {

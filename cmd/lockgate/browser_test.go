@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/internal/redistest"
+)
+
+// chromiumBinary returns the path of Debian's chromium. Under -short it
+// skips t; otherwise a missing browser fails t, naming the package.
+func chromiumBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test: needs chromium; skipped under -short")
+	}
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium not found in PATH: the browser test needs a headless Chromium " +
+			"(Debian/Ubuntu: apt-get install chromium; .ci/run installs it)")
+	}
+	return bin
+}
+
+// browserLog is what a tab did: console errors and exceptions, and the
+// response of every request (headers and body).
+type browserLog struct {
+	mu        sync.Mutex
+	problems  []string
+	responses map[network.RequestID]*seen
+	finished  chan network.RequestID
+}
+
+type seen struct {
+	url, headers, body string
+	status             int64
+	done               bool
+}
+
+func (b *browserLog) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			b.problems = append(b.problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+		}
+	case *runtime.EventExceptionThrown:
+		b.problems = append(b.problems, "exception: "+(&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+			b.problems = append(b.problems, fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	case *network.EventResponseReceived:
+		var h strings.Builder
+		for k, v := range ev.Response.Headers {
+			fmt.Fprintf(&h, "%s: %v\n", k, v)
+		}
+		b.responses[ev.RequestID] = &seen{url: ev.Response.URL, status: ev.Response.Status, headers: h.String()}
+	case *network.EventLoadingFinished:
+		select {
+		case b.finished <- ev.RequestID:
+		default:
+			b.problems = append(b.problems, "the test could not keep up with the responses")
+		}
+	}
+}
+
+// bodies fetches the body of each finished response until ctx ends.
+func (b *browserLog) bodies(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-b.finished:
+			res, err := chromedp.Call(ctx, network.GetResponseBody, network.GetResponseBodyParams{RequestID: id})
+			body := string(res.Body)
+			if err == nil && res.Base64encoded {
+				raw, _ := base64.StdEncoding.DecodeString(body)
+				body = string(raw)
+			}
+			b.mu.Lock()
+			if s := b.responses[id]; s != nil && err == nil {
+				s.body, s.done = body, true
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// snapshot copies the responses seen so far.
+func (b *browserLog) snapshot() []seen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]seen, 0, len(b.responses))
+	for _, s := range b.responses {
+		out = append(out, *s)
+	}
+	return out
+}
+
+// locksAnswers counts the answers to GET /locks whose bodies were read.
+func (b *browserLog) locksAnswers() int {
+	n := 0
+	for _, s := range b.snapshot() {
+		if strings.Contains(s.url, "/locks?") && s.done {
+			n++
+		}
+	}
+	return n
+}
+
+// openTab starts a headless Chromium with a new empty profile, opens a tab
+// that records what it does, and stops the browser when the test ends.
+func openTab(t *testing.T) (context.Context, *browserLog) {
+	t.Helper()
+	bin := chromiumBinary(t)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 760),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browserLog{responses: map[network.RequestID]*seen{}, finished: make(chan network.RequestID, 4096)}
+	if err := chromedp.Listen(ctx, b.listen); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting chromium: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.bodies(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cancelAlloc()
+	})
+	return ctx, b
+}
+
+// eval runs a JavaScript expression in the tab, for at most 10 s.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitPage polls the page until expr is true, for at most 15 s (a limit
+// for a page that never gets there, not a timing goal).
+func waitPage(t *testing.T, ctx context.Context, expr, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !eval[bool](t, ctx, expr); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed %s", what)
+		}
+	}
+}
+
+// The page in a real headless Chromium: it loads without a console error,
+// shows a lock acquired through the API at its next polls and drops it
+// after its release, and no lease id ever reaches it (neither its DOM nor
+// any response it received). The gateway runs on three redis-server nodes.
+func TestPageInABrowser(t *testing.T) {
+	ctx, b := openTab(t)
+	nodes := redistest.StartN(t, 3, nil)
+	g := startGateway(t, []string{"-redis", redisURLs(nodes)}, nil)
+	g.eventually(t, "/readyz", http.StatusOK)
+
+	leases := map[string]string{} // resource -> lease id, never printed
+	acquire := func(resource, owner string, ttl time.Duration) string {
+		t.Helper()
+		a := g.do(t, http.MethodPut, "/locks/"+resource, fmt.Sprintf(`{"ttl_ms":%d,"owner":%q}`, ttl.Milliseconds(), owner))
+		if a.status != http.StatusCreated {
+			t.Fatalf("PUT /locks/%s: %d %s", resource, a.status, a.body)
+		}
+		id := a.header.Get(api.HeaderLeaseID)
+		leases[resource] = id
+		return id
+	}
+	for i, owner := range []string{"billing-worker-1", "report-cron@host-7", "invoice-sync"} {
+		acquire(fmt.Sprintf("orders:%d", 41+i), owner, time.Duration(30+60*i)*time.Second)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatalf("navigating to /ui/: %v", err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 3`, "the three held locks")
+	waitPage(t, ctx, `document.querySelectorAll("#nodes tbody tr .state-serving").length === 3`, "three serving nodes")
+	if v := eval[string](t, ctx, `document.getElementById("version").textContent`); !strings.HasPrefix(v, "version ") || strings.Contains(v, "…") {
+		t.Errorf("the version reads %q", v)
+	}
+	row := eval[[]string](t, ctx, `[...document.querySelector('#locks tr[data-resource="orders:42"]').cells].map(c => c.textContent)`)
+	if len(row) != 6 || row[1] != "report-cron@host-7" || row[3] != "90s" {
+		t.Errorf("the row of orders:42 reads %q, want its owner and TTL", row)
+	}
+
+	// A lock taken through the API shows at the latest on the second
+	// answer to GET /locks the page receives after the PUT, and is gone by
+	// the second after its release: with polls at most a second apart,
+	// within 2 s.
+	m := regexp.MustCompile(`const POLL_MS = (\d+);`).FindStringSubmatch(g.do(t, http.MethodGet, "/ui/app.js", "").body)
+	if m == nil {
+		t.Fatal("app.js has no const POLL_MS")
+	}
+	if period, _ := strconv.Atoi(m[1]); period > 1000 {
+		t.Errorf("the page polls every %d ms, want at most every second", period)
+	}
+	before, start := b.locksAnswers(), time.Now()
+	lease := acquire("ui-demo", "browser-test", time.Minute)
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="ui-demo"]') !== null`, "the lock just taken")
+	if n := b.locksAnswers() - before; n > 2 {
+		t.Errorf("the lock showed only after %d answers to GET /locks (%v), want at most 2", n, time.Since(start))
+	}
+	t.Logf("shown %v after the PUT", time.Since(start).Round(time.Millisecond))
+	if dom := eval[string](t, ctx, `document.documentElement.outerHTML`); !strings.Contains(dom, "browser-test") {
+		t.Errorf("the page does not show the owner")
+	}
+	if p := os.Getenv("LOCKGATE_UI_SCREENSHOT"); p != "" {
+		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, start = b.locksAnswers(), time.Now()
+	if a := g.do(t, http.MethodDelete, "/locks/ui-demo", "", api.HeaderLeaseID, lease); a.status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", a.status, a.body)
+	}
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="ui-demo"]') === null`, "the lock released")
+	if n := b.locksAnswers() - before; n > 2 {
+		t.Errorf("the lock went only after %d answers to GET /locks (%v), want at most 2", n, time.Since(start))
+	}
+
+	// The prefix filter asks the listing for that prefix only.
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#prefix", "orders:4")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 3 && document.getElementById("prefix").value === "orders:4"`, "the filtered locks")
+
+	// No lease id, anywhere the page could have one.
+	dom := eval[string](t, ctx, `document.documentElement.outerHTML + JSON.stringify(sessionStorage) + JSON.stringify(localStorage) + document.cookie`)
+	responses := b.snapshot()
+	var locksBodies int
+	for _, s := range responses {
+		if strings.Contains(s.url, "/locks?") && strings.Contains(s.body, `"ui-demo"`) {
+			locksBodies++
+		}
+	}
+	if locksBodies == 0 {
+		t.Fatalf("no body of GET /locks with ui-demo was recorded among %d responses: the lease id check below would prove nothing", len(responses))
+	}
+	for resource, id := range leases {
+		if strings.Contains(dom, id) {
+			t.Errorf("the page contains the lease id of %s", resource)
+		}
+		for _, s := range responses {
+			if strings.Contains(s.body, id) || strings.Contains(s.headers, id) {
+				t.Errorf("the response to %s contains the lease id of %s", s.url, resource)
+			}
+		}
+	}
+	for _, s := range responses {
+		if !strings.HasPrefix(s.url, g.base+"/") && !strings.HasPrefix(s.url, "data:") {
+			t.Errorf("the page fetched %s, not from the gateway", s.url)
+		}
+	}
+
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("the browser reported %s", p)
+	}
+}
