@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -120,10 +121,14 @@ func (b *browserLog) snapshot() []seen {
 }
 
 // locksAnswers counts the answers to GET /locks whose bodies were read.
-func (b *browserLog) locksAnswers() int {
+func (b *browserLog) locksAnswers() int { return b.answers("/locks?") }
+
+// answers counts the answers whose bodies were read to requests whose URL
+// contains part.
+func (b *browserLog) answers(part string) int {
 	n := 0
 	for _, s := range b.snapshot() {
-		if strings.Contains(s.url, "/locks?") && s.done {
+		if strings.Contains(s.url, part) && s.done {
 			n++
 		}
 	}
@@ -303,6 +308,75 @@ func TestPageInABrowser(t *testing.T) {
 	problems := b.problems
 	b.mu.Unlock()
 	for _, p := range problems {
+		t.Errorf("the browser reported %s", p)
+	}
+}
+
+// With access control on, the page's files load without a token, the page
+// says that the listing needs one, and with a token allowed GET on some
+// prefixes it shows those locks only. The token is sent to the gateway
+// and kept in the tab's sessionStorage, never put into the page.
+func TestPageWithAccessControl(t *testing.T) {
+	ctx, b := openTab(t)
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(writerToken+" * *\n"+readerToken+" GET orders:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, nil, map[string]string{"LOCKGATE_AUTH_FILE": file})
+	bearer := []string{"Authorization", "Bearer " + writerToken}
+	for _, r := range []string{"orders:1", "payroll:1"} {
+		if a := g.do(t, http.MethodPut, "/locks/"+r, `{"ttl_ms":60000}`, bearer...); a.status != http.StatusCreated {
+			t.Fatalf("PUT /locks/%s: %d %s", r, a.status, a.body)
+		}
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `!document.getElementById("auth").hidden && document.getElementById("status").textContent.includes("access control")`, "that a token is needed")
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token", readerToken), chromedp.Click(`#auth-form button[type="submit"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="orders:1"]') !== null`, "the lock the token may see")
+	// Two more answers: the other lock has had every chance to show.
+	for n, deadline := b.locksAnswers()+2, time.Now().Add(15*time.Second); b.locksAnswers() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page stopped polling GET /locks")
+		}
+	}
+	if eval[bool](t, ctx, `document.querySelector('#locks tr[data-resource="payroll:1"]') !== null`) {
+		t.Error("the page shows payroll:1, outside the token's prefixes")
+	}
+	if dom := eval[string](t, ctx, `document.documentElement.outerHTML`); strings.Contains(dom, readerToken) {
+		t.Error("the page's DOM contains the token")
+	}
+	if got := eval[string](t, ctx, `sessionStorage.getItem("lockgate-token")`); got != readerToken {
+		t.Error("the token is not kept in sessionStorage")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#forget")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("status").textContent.includes("access control") && document.querySelectorAll("#locks tbody tr").length === 0`, "the locks hidden again without the token")
+	// Refused, the page stops asking for the listing (each 401 would count
+	// as an unauthorized request) while it goes on reading /metrics.
+	locks := b.locksAnswers()
+	for n, deadline := b.answers("/metrics")+3, time.Now().Add(15*time.Second); b.answers("/metrics") < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page stopped polling /metrics")
+		}
+	}
+	if extra := b.locksAnswers() - locks; extra > 1 {
+		t.Errorf("the page asked GET /locks %d more times after a 401 without a token", extra)
+	}
+
+	// The browser logs each 401 as a failed load; nothing else may show.
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
+		if strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 401") {
+			continue
+		}
 		t.Errorf("the browser reported %s", p)
 	}
 }

@@ -25,6 +25,9 @@ const view = {
   // gen counts polls: an answer to an older poll (another prefix, page or
   // token) is dropped, and only the newest poll schedules the next.
   gen: 0,
+  // refused is the token (maybe "") that GET /locks last answered 401 to:
+  // the page asks no more with it, until the user gives another.
+  refused: null,
 };
 
 function token() {
@@ -63,6 +66,7 @@ function noteSkew(resp) {
 }
 
 async function loadLocks(gen) {
+  if (view.refused !== null && view.refused === token()) return;
   const q = new URLSearchParams({ limit: String(view.limit) });
   if (view.prefix) q.set("prefix", view.prefix);
   const cursor = view.cursors[view.page];
@@ -78,6 +82,7 @@ async function loadLocks(gen) {
   noteSkew(resp);
   $("auth").hidden = resp.status !== 401 && resp.status !== 403 && !token();
   if (resp.status === 401) {
+    view.refused = token();
     showStatus("This gateway has access control: give a token allowed GET. " + await problemDetail(resp), true);
     render([]);
     return;
@@ -273,10 +278,12 @@ function init() {
     e.preventDefault();
     try { sessionStorage.setItem(TOKEN_KEY, $("token").value.trim()); } catch (err) { /* storage off */ }
     $("token").value = "";
+    view.refused = null;
     restart();
   });
   $("forget").addEventListener("click", () => {
     try { sessionStorage.removeItem(TOKEN_KEY); } catch (err) { /* storage off */ }
+    view.refused = null;
     restart();
   });
   setInterval(tick, 250);
