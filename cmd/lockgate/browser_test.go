@@ -193,6 +193,12 @@ func waitPage(t *testing.T, ctx context.Context, expr, what string) {
 	}
 }
 
+// patient are the gateway settings of the browser tests: the browser and
+// the test share a loaded machine, where a node call (even to the
+// embedded store under -race) can take longer than the default 50ms node
+// timeout and answer 503. These tests are about the page.
+var patient = []string{"-node-timeout", "500ms", "-min-ttl", "1s"}
+
 // The page in a real headless Chromium: it loads without a console error,
 // shows a lock acquired through the API at its next polls and drops it
 // after its release, and no lease id ever reaches it (neither its DOM nor
@@ -200,7 +206,7 @@ func waitPage(t *testing.T, ctx context.Context, expr, what string) {
 func TestPageInABrowser(t *testing.T) {
 	ctx, b := openTab(t)
 	nodes := redistest.StartN(t, 3, nil)
-	g := startGateway(t, []string{"-redis", redisURLs(nodes)}, nil)
+	g := startGateway(t, append([]string{"-redis", redisURLs(nodes)}, patient...), nil)
 	g.eventually(t, "/readyz", http.StatusOK)
 
 	leases := map[string]string{} // resource -> lease id, never printed
@@ -322,7 +328,7 @@ func TestPageWithAccessControl(t *testing.T) {
 	if err := os.WriteFile(file, []byte(writerToken+" * *\n"+readerToken+" GET orders:\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g := startGateway(t, nil, map[string]string{"LOCKGATE_AUTH_FILE": file})
+	g := startGateway(t, patient, map[string]string{"LOCKGATE_AUTH_FILE": file})
 	bearer := []string{"Authorization", "Bearer " + writerToken}
 	for _, r := range []string{"orders:1", "payroll:1"} {
 		if a := g.do(t, http.MethodPut, "/locks/"+r, `{"ttl_ms":60000}`, bearer...); a.status != http.StatusCreated {
@@ -377,6 +383,83 @@ func TestPageWithAccessControl(t *testing.T) {
 		if strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 401") {
 			continue
 		}
+		t.Errorf("the browser reported %s", p)
+	}
+}
+
+// With 10,000 held locks the page stays usable: it fetches and draws one
+// page of the listing (100 by default, 1000 at most), pages forward and
+// back with the listing's cursor, and the prefix filter narrows it.
+func TestPageWithTenThousandLocks(t *testing.T) {
+	ctx, b := openTab(t)
+	g := startGateway(t, patient, nil)
+	const held, workers = 10000, 2
+	errc := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			for i := w; i < held; i += workers {
+				req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/locks/bulk:%05d", g.base, i), strings.NewReader(`{"ttl_ms":300000,"owner":"bulk"}`))
+				req.Header.Set("Content-Type", api.MediaJSON)
+				resp, err := client.Do(req)
+				if err != nil {
+					errc <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					errc <- fmt.Errorf("PUT bulk:%05d: %d", i, resp.StatusCode)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 100`, "a page of 100 locks")
+	t.Logf("first page of 100 of %d locks drawn %v after navigating", held, time.Since(start).Round(time.Millisecond))
+	rows := `[...document.querySelectorAll("#locks tbody tr")].map(r => r.dataset.resource).join(",")`
+	first := eval[string](t, ctx, rows)
+	if err := chromedp.Do(ctx, chromedp.Click("#next")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("page").textContent.startsWith("page 2") && !document.getElementById("prev").disabled`, "page 2")
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length > 0`, "the locks of page 2")
+	second := eval[string](t, ctx, rows)
+	for _, r := range strings.Split(second, ",") {
+		if strings.Contains(","+first+",", ","+r+",") {
+			t.Errorf("%s is on pages 1 and 2", r)
+			break
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#prev")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("page").textContent.startsWith("page 1") && document.getElementById("prev").disabled`, "page 1 again")
+
+	if err := chromedp.Do(ctx, chromedp.SetValue("#limit", "1000"), chromedp.Evaluate[chromedp.Void](`document.getElementById("limit").dispatchEvent(new Event("change"))`)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 1000`, "a page of 1000 locks")
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#prefix", "bulk:0123")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 10 && document.querySelector('#locks tr[data-resource="bulk:01239"]') !== null`, "the 10 locks under bulk:0123")
+
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
 		t.Errorf("the browser reported %s", p)
 	}
 }
