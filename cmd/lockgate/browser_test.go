@@ -135,6 +135,17 @@ func (b *browserLog) answers(part string) int {
 	return n
 }
 
+// waitAnswers waits until n more answers to requests whose URL contains
+// part have been read, for at most 15 s.
+func (b *browserLog) waitAnswers(t *testing.T, part string, n int) {
+	t.Helper()
+	for want, deadline := b.answers(part)+n, time.Now().Add(15*time.Second); b.answers(part) < want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page stopped fetching %s", part)
+		}
+	}
+}
+
 // openTab starts a headless Chromium with a new empty profile, opens a tab
 // that records what it does, and stops the browser when the test ends.
 func openTab(t *testing.T) (context.Context, *browserLog) {
@@ -325,7 +336,7 @@ func TestPageInABrowser(t *testing.T) {
 func TestPageWithAccessControl(t *testing.T) {
 	ctx, b := openTab(t)
 	file := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(file, []byte(writerToken+" * *\n"+readerToken+" GET orders:\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(writerToken+" * *\n"+readerToken+" GET orders:\n"+wrongToken+" PUT *\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	g := startGateway(t, patient, map[string]string{"LOCKGATE_AUTH_FILE": file})
@@ -344,12 +355,17 @@ func TestPageWithAccessControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="orders:1"]') !== null`, "the lock the token may see")
-	// Two more answers: the other lock has had every chance to show.
-	for n, deadline := b.locksAnswers()+2, time.Now().Add(15*time.Second); b.locksAnswers() < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the page stopped polling GET /locks")
-		}
+	// One input event, as a paste makes: at most one poll is then in
+	// flight, and the two after it see the bad prefix.
+	eval[chromedp.Void](t, ctx, `(p => { p.value = "orders:1/"; p.dispatchEvent(new Event("input")); })(document.getElementById("prefix"))`)
+	waitPage(t, ctx, `document.getElementById("status").textContent.startsWith("A prefix is")`, "that the prefix is not one")
+	b.waitAnswers(t, "/metrics", 3)
+	if !eval[bool](t, ctx, `document.getElementById("status").textContent.startsWith("A prefix is")`) {
+		t.Error("the page dropped the word about the bad prefix at its next polls")
 	}
+	eval[chromedp.Void](t, ctx, `(p => { p.value = ""; p.dispatchEvent(new Event("input")); })(document.getElementById("prefix"))`)
+	waitPage(t, ctx, `document.getElementById("status").hidden && document.querySelector('#locks tr[data-resource="orders:1"]') !== null`, "the listing again after the prefix is cleared")
+	// Drawn from the same answer as orders:1, which the listing filtered.
 	if eval[bool](t, ctx, `document.querySelector('#locks tr[data-resource="payroll:1"]') !== null`) {
 		t.Error("the page shows payroll:1, outside the token's prefixes")
 	}
@@ -363,24 +379,27 @@ func TestPageWithAccessControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPage(t, ctx, `document.getElementById("status").textContent.includes("access control") && document.querySelectorAll("#locks tbody tr").length === 0`, "the locks hidden again without the token")
-	// Refused, the page stops asking for the listing (each 401 would count
-	// as an unauthorized request) while it goes on reading /metrics.
-	locks := b.locksAnswers()
-	for n, deadline := b.answers("/metrics")+3, time.Now().Add(15*time.Second); b.answers("/metrics") < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the page stopped polling /metrics")
-		}
+	// A token that may not list (no GET): 403, and the page stops asking
+	// for the listing (each ask would count as a forbidden request) while
+	// it goes on reading /metrics. (A 401 takes the same path.)
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token", wrongToken), chromedp.Click(`#auth-form button[type="submit"]`)); err != nil {
+		t.Fatal(err)
 	}
+	waitPage(t, ctx, `document.getElementById("status").textContent.includes("may not list locks")`, "that the token may not list")
+	locks := b.locksAnswers()
+	b.waitAnswers(t, "/metrics", 2)
 	if extra := b.locksAnswers() - locks; extra > 1 {
-		t.Errorf("the page asked GET /locks %d more times after a 401 without a token", extra)
+		t.Errorf("the page asked GET /locks %d more times after a 403", extra)
 	}
 
-	// The browser logs each 401 as a failed load; nothing else may show.
+	// The browser logs each 401 and 403 as a failed load; nothing else may
+	// show.
 	b.mu.Lock()
 	problems := b.problems
 	b.mu.Unlock()
 	for _, p := range problems {
-		if strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 401") {
+		if strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 401") ||
+			strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 403") {
 			continue
 		}
 		t.Errorf("the browser reported %s", p)

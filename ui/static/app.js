@@ -5,6 +5,7 @@
 
 const POLL_MS = 1000;
 const PREFIX_RE = /^[A-Za-z0-9._:-]{0,200}$/;
+const PREFIX_RULE = "A prefix is up to 200 characters of A-Z a-z 0-9 . _ : -";
 const TOKEN_KEY = "lockgate-token";
 
 const $ = (id) => document.getElementById(id);
@@ -28,6 +29,8 @@ const view = {
   // refused is the token (maybe "") that GET /locks last answered 401 to:
   // the page asks no more with it, until the user gives another.
   refused: null,
+  // badPrefix is set while the prefix box holds what no name starts with.
+  badPrefix: false,
 };
 
 function token() {
@@ -67,6 +70,10 @@ function noteSkew(resp) {
 
 async function loadLocks(gen) {
   if (view.refused !== null && view.refused === token()) return;
+  if (view.badPrefix) {
+    showStatus(PREFIX_RULE, true);
+    return;
+  }
   const q = new URLSearchParams({ limit: String(view.limit) });
   if (view.prefix) q.set("prefix", view.prefix);
   const cursor = view.cursors[view.page];
@@ -81,9 +88,10 @@ async function loadLocks(gen) {
   if (gen !== view.gen) return;
   noteSkew(resp);
   $("auth").hidden = resp.status !== 401 && resp.status !== 403 && !token();
-  if (resp.status === 401) {
+  if (resp.status === 401 || resp.status === 403) {
     view.refused = token();
-    showStatus("This gateway has access control: give a token allowed GET. " + await problemDetail(resp), true);
+    showStatus((resp.status === 401 ? "This gateway has access control: give a token allowed GET. "
+      : "This token may not list locks: it needs GET. ") + await problemDetail(resp), true);
     render([]);
     return;
   }
@@ -246,8 +254,9 @@ function init() {
   $("filter").addEventListener("submit", (e) => e.preventDefault());
   $("prefix").addEventListener("input", () => {
     const v = $("prefix").value.trim();
-    if (!PREFIX_RE.test(v)) {
-      showStatus("A prefix is up to 200 characters of A-Z a-z 0-9 . _ : -", true);
+    view.badPrefix = !PREFIX_RE.test(v);
+    if (view.badPrefix) {
+      showStatus(PREFIX_RULE, true);
       return;
     }
     view.prefix = v;
