@@ -404,3 +404,73 @@ func TestComposeObservabilityProfile(t *testing.T) {
 		t.Errorf("grafana's dashboard provider does not read /etc/grafana/dashboards")
 	}
 }
+
+// The dashboard is one Grafana can load as provisioned: a uid, unique
+// panel ids, panels inside the 24-column grid, and every query on the
+// dashboard's Prometheus data source variable with a refId of its own.
+func TestDashboardShape(t *testing.T) {
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type target struct {
+		RefID      string         `json:"refId"`
+		Expr       string         `json:"expr"`
+		Datasource map[string]any `json:"datasource"`
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			GridPos struct {
+				X, Y, W, H int
+			} `json:"gridPos"`
+			Targets []target `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name, Type string
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" || d.Title == "" || len(d.Panels) == 0 {
+		t.Fatalf("uid %q, title %q, %d panels", d.UID, d.Title, len(d.Panels))
+	}
+	if !slices.ContainsFunc(d.Templating.List, func(v struct{ Name, Type string }) bool {
+		return v.Name == "datasource" && v.Type == "datasource"
+	}) {
+		t.Error("no datasource variable: the queries name ${datasource}")
+	}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X < 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q is outside the grid: %+v", p.Title, p.GridPos)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			if tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("panel %q: refId %q empty or twice", p.Title, tg.RefID)
+			}
+			refs[tg.RefID] = true
+			if tg.Expr == "" || tg.Datasource["uid"] != "${datasource}" {
+				t.Errorf("panel %q query %s: expr %q on data source %v", p.Title, tg.RefID, tg.Expr, tg.Datasource)
+			}
+		}
+	}
+}
