@@ -12,8 +12,8 @@ import (
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
 // on /locks/{resource}; "healthz", "readyz", "openapi" and "metrics" for
 // those GETs; "ui" for GETs of the page (/ui and /ui/...); "other" for
-// anything else. The result never contains the
-// resource name, so it is safe as a metric label.
+// anything else. The result never contains the resource name, so it is
+// safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {
