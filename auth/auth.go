@@ -44,8 +44,10 @@
 // Without a known token they get 401 with WWW-Authenticate: Bearer; with a
 // known token whose methods or prefixes do not cover the request they get
 // 403. Both answers are application/problem+json bodies that never contain
-// the token. Other paths (/healthz, /readyz, /openapi.yaml, /metrics) are not
-// guarded: they carry no lock state and no secrets.
+// the token. Other paths (/healthz, /readyz, /openapi.yaml, /metrics, and
+// the web page's static files under /ui/) are not guarded: they carry no
+// lock state and no secrets; the page reads /locks with a token its user
+// gives it.
 //
 // The presented token is compared with every token of the file, always all
 // of them, as SHA-256 digests with crypto/subtle: the time taken does not

@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"context"
+	"io/fs"
 	"net/http"
 	"strings"
 	"time"
@@ -79,6 +80,11 @@ type Options struct {
 	// service's own bound on waiters, all callers together
 	// (lockcore.Options.MaxWaiters), answers 429 with "limit":"replica".
 	WaitersPerCaller int
+	// UI, if set, is the read-only web page (ui.Files), served at GET
+	// /ui/ (index.html) and /ui/{file} without a token: its files hold no
+	// lock state. The page reads /locks and /metrics, guarded as always.
+	// GET /ui redirects to /ui/. Default: no page (/ui answers 404).
+	UI fs.FS
 }
 
 type server struct {
@@ -151,6 +157,11 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Get("/openapi.yaml", serveSpec)
 	if o.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", o.Metrics)
+	}
+	if o.UI != nil {
+		ui := serveUI(o.UI)
+		r.Get("/ui", ui)
+		r.Get("/ui/*", ui)
 	}
 	r.Get("/locks", s.list)
 	// Exact paths only: chi's Route would also serve "/locks/x/", a path

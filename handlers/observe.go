@@ -11,8 +11,9 @@ import (
 // contract, a 401 from authentication) are counted under their operation:
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
 // on /locks/{resource}; "healthz", "readyz", "openapi" and "metrics" for
-// those GETs; "other" for anything else. The result never contains the
-// resource name, so it is safe as a metric label.
+// those GETs; "ui" for GETs of the page (/ui and /ui/...); "other" for
+// anything else. The result never contains the resource name, so it is
+// safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {
@@ -42,6 +43,11 @@ func Operation(method, path string) string {
 		return "openapi"
 	case "/metrics":
 		return "metrics"
+	case "/ui":
+		return "ui"
+	}
+	if strings.HasPrefix(path, "/ui/") {
+		return "ui"
 	}
 	return "other"
 }

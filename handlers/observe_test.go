@@ -28,6 +28,10 @@ func TestOperation(t *testing.T) {
 		{GET, "/openapi.yaml", "openapi"},
 		{GET, "/metrics", "metrics"},
 		{PUT, "/metrics", "other"},
+		{GET, "/ui", "ui"},
+		{GET, "/ui/app.js", "ui"},
+		{POST, "/ui/", "other"},
+		{GET, "/uix", "other"},
 		{GET, "/nope", "other"},
 	}
 	for _, tt := range tests {

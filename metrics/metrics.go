@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -86,7 +87,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_requests_total",
-			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
+			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, ui, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
 		}, []string{"op", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_request_duration_seconds",
@@ -119,8 +120,15 @@ func New() *Metrics {
 			Help: "Acquisitions whose fencing token fewer than a quorum of nodes already had, so the gateway raised the other nodes' counters before answering.",
 		}),
 	}
+	version, revision := Build()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "lockgate_build_info",
+		Help:        "Always 1; its labels name the gateway's build: version (the module version, \"(devel)\" for a build from a work tree) and revision (the VCS commit, \"unknown\" when the build recorded none).",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision},
+	})
+	build.Set(1)
 	m.reg.MustRegister(m.requests, m.duration, m.nodeDuration, m.nodeErrors, m.quorum, m.fenced, m.nodeState, m.nodeRefusing,
-		collectors.NewGoCollector(),
+		build, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range lockOps {
 		m.duration.WithLabelValues(op)
@@ -132,6 +140,35 @@ func New() *Metrics {
 		m.quorum.WithLabelValues(op)
 	}
 	return m
+}
+
+// Build names the running binary's build from what the Go toolchain
+// recorded in it: the main module's version ("(devel)" when built from a
+// work tree or unknown) and the VCS revision ("unknown" when none was
+// recorded, e.g. under -buildvcs=false), with "-dirty" when the work tree
+// had changes.
+func Build() (version, revision string) {
+	version, revision = "(devel)", "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, revision
+	}
+	if v := bi.Main.Version; v != "" {
+		version = v
+	}
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty && revision != "unknown" {
+		revision += "-dirty"
+	}
+	return version, revision
 }
 
 // Registry is the registry the collectors are on, for adding more.

@@ -193,7 +193,9 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 		}
 	}
 	families, _ := m.reg.Gather()
-	allowed := map[string]bool{"op": true, "outcome": true, "node": true, "kind": true, "le": true}
+	// version and revision are fixed for the process: one series.
+	allowed := map[string]bool{"op": true, "outcome": true, "node": true, "kind": true, "le": true,
+		"version": true, "revision": true}
 	for _, f := range families {
 		if !strings.HasPrefix(f.GetName(), "lockgate_") {
 			continue
@@ -205,5 +207,18 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// lockgate_build_info names the build the Go toolchain recorded: a test
+// binary is built from a work tree, so its version is "(devel)".
+func TestBuildInfo(t *testing.T) {
+	m := New()
+	version, revision := Build()
+	if version == "" || revision == "" {
+		t.Fatalf("Build() = %q, %q: both must be named", version, revision)
+	}
+	if v := value(t, m, "lockgate_build_info", "version", version, "revision", revision); v != 1 {
+		t.Errorf("lockgate_build_info{version=%q,revision=%q} = %v, want 1", version, revision, v)
 	}
 }

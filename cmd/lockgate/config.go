@@ -34,6 +34,8 @@ type config struct {
 	tls              tlsSettings
 	rateLimit        float64
 	rateBurst        int
+	// ui serves the read-only web page at /ui/ (handlers.Options.UI).
+	ui bool
 
 	// ReadHeaderTimeout, ReadBodyTimeout and MaxHeaderBytes bound how long
 	// and how much the server reads of a request (see newServer).
@@ -152,6 +154,14 @@ var settings = []setting{
 			return fmt.Errorf("must be a whole number of bytes from 1024 to 1048576")
 		}
 		c.MaxHeaderBytes = n
+		return nil
+	}},
+	{"ui", "LOCKGATE_UI", "true", "serve the read-only web page of held locks and node states at /ui/ (true or false); it shows only what GET /locks and /metrics answer", func(c *config, v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("must be true or false")
+		}
+		c.ui = on
 		return nil
 	}},
 	{"log-level", "LOCKGATE_LOG_LEVEL", "info", "debug, info, warn or error", func(c *config, v string) error {

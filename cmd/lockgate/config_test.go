@@ -40,6 +40,7 @@ func badValues(t *testing.T) map[string][]string {
 		"max-waiters":            {"0", "-1", "many"},
 		"max-waiters-per-caller": {"-1", "many", "10001" /* above -max-waiters */},
 		"body-limit":             {"x", "10", "2000000"},
+		"ui":                     {"yes", "on", "2"},
 		"log-level":              {"loud", "INFO", "trace"},
 		"auth-file":              {filepath.Join(dir, "absent"), garbled, empty},
 		"rate-limit":             {"fast", "-1", "2e6"},
@@ -124,13 +125,15 @@ func TestGoodValues(t *testing.T) {
 			}},
 		{"every tuning setting is settable", []string{"-drift-factor", "0.02", "-min-ttl", "200ms", "-max-ttl", "2h",
 			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug",
-			"-read-header-timeout", "3s", "-read-body-timeout", "2s", "-max-header-bytes", "4096"}, nil,
+			"-read-header-timeout", "3s", "-read-body-timeout", "2s", "-max-header-bytes", "4096", "-ui", "false"}, nil,
 			func(c *config) bool {
 				return c.DriftFactor == 0.02 && c.MinTTL == 200*time.Millisecond && c.MaxTTL == 2*time.Hour &&
 					c.DefaultTTL == time.Minute && c.MaxWait == time.Minute && c.MaxWaiters == 5 &&
 					c.BodyLimit == 4096 && c.LogLevel == "debug" &&
-					c.ReadHeaderTimeout == 3*time.Second && c.ReadBodyTimeout == 2*time.Second && c.MaxHeaderBytes == 4096
+					c.ReadHeaderTimeout == 3*time.Second && c.ReadBodyTimeout == 2*time.Second && c.MaxHeaderBytes == 4096 &&
+					!c.ui
 			}},
+		{"the page is on by default", nil, nil, func(c *config) bool { return c.ui }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,7 +20,7 @@ var flagTypes = map[string]string{
 	"min-ttl": "duration", "max-ttl": "duration", "default-ttl": "duration", "max-wait": "duration",
 	"max-waiters": "count", "max-waiters-per-caller": "count", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
 	"tls-cert": "file", "tls-key": "file", "tls-client-ca": "file", "rate-limit": "per-second", "rate-burst": "count",
-	"read-header-timeout": "duration", "read-body-timeout": "duration", "max-header-bytes": "bytes",
+	"read-header-timeout": "duration", "read-body-timeout": "duration", "max-header-bytes": "bytes", "ui": "bool",
 }
 
 // printUsage is -h: each flag with the type of its argument (flag's own

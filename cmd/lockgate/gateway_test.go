@@ -396,6 +396,10 @@ func TestAccessControl(t *testing.T) {
 		{"health needs no token", "GET", "/healthz", nil, 200},
 		{"readiness needs no token", "GET", "/readyz", nil, 200},
 		{"metrics need no token", "GET", "/metrics", nil, 200},
+		{"the page's files need no token", "GET", "/ui/", nil, 200},
+		{"its script neither", "GET", "/ui/app.js", nil, 200},
+		{"but the listing it shows does", "GET", "/locks", nil, 401},
+		{"and a token with GET sees it", "GET", "/locks", bearer(readerToken), 200},
 	}
 	for _, s := range steps {
 		a := g.do(t, s.method, s.path, "", s.hdr...)

@@ -27,6 +27,7 @@ import (
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
 	"github.com/lockgate/lockgate/metrics"
+	"github.com/lockgate/lockgate/ui"
 )
 
 func main() {
@@ -86,6 +87,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
 		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
+	}
+	if cfg.ui {
+		hopts.UI = ui.Files()
 	}
 	stopHangup := wireOps(ctx, cfg, log, hopts)
 	defer stopHangup()

@@ -1,0 +1,506 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/internal/redistest"
+)
+
+// chromiumBinary returns the path of Debian's chromium. Under -short it
+// skips t; otherwise a missing browser fails t, naming the package.
+func chromiumBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test: needs chromium; skipped under -short")
+	}
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium not found in PATH: the browser test needs a headless Chromium " +
+			"(Debian/Ubuntu: apt-get install chromium; .ci/run installs it)")
+	}
+	return bin
+}
+
+// browserLog is what a tab did: console errors and exceptions, and the
+// response of every request (headers and body).
+type browserLog struct {
+	mu        sync.Mutex
+	problems  []string
+	responses map[network.RequestID]*seen
+	sent      map[network.RequestID]time.Time
+	finished  chan network.RequestID
+}
+
+type seen struct {
+	url, headers, body string
+	status             int64
+	done               bool
+	// sent is when the browser sent the request (its wall clock, this
+	// machine's).
+	sent time.Time
+}
+
+func (b *browserLog) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			b.problems = append(b.problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+		}
+	case *runtime.EventExceptionThrown:
+		b.problems = append(b.problems, "exception: "+(&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+			b.problems = append(b.problems, fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	case *network.EventRequestWillBeSent:
+		sec := float64(ev.WallTime)
+		b.sent[ev.RequestID] = time.Unix(0, int64(sec*1e9))
+	case *network.EventResponseReceived:
+		var h strings.Builder
+		for k, v := range ev.Response.Headers {
+			fmt.Fprintf(&h, "%s: %v\n", k, v)
+		}
+		b.responses[ev.RequestID] = &seen{url: ev.Response.URL, status: ev.Response.Status, headers: h.String(), sent: b.sent[ev.RequestID]}
+	case *network.EventLoadingFinished:
+		select {
+		case b.finished <- ev.RequestID:
+		default:
+			b.problems = append(b.problems, "the test could not keep up with the responses")
+		}
+	}
+}
+
+// bodies fetches the body of each finished response until ctx ends.
+func (b *browserLog) bodies(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-b.finished:
+			res, err := chromedp.Call(ctx, network.GetResponseBody, network.GetResponseBodyParams{RequestID: id})
+			body := string(res.Body)
+			if err == nil && res.Base64encoded {
+				raw, _ := base64.StdEncoding.DecodeString(body)
+				body = string(raw)
+			}
+			b.mu.Lock()
+			if s := b.responses[id]; s != nil && err == nil {
+				s.body, s.done = body, true
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// snapshot copies the responses seen so far.
+func (b *browserLog) snapshot() []seen {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]seen, 0, len(b.responses))
+	for _, s := range b.responses {
+		out = append(out, *s)
+	}
+	return out
+}
+
+// locksAnswers counts the answers to GET /locks whose bodies were read.
+func (b *browserLog) locksAnswers() int { return b.answers("/locks?") }
+
+// locksAnswersSince counts the answers to GET /locks requests sent after
+// t whose bodies were read.
+func (b *browserLog) locksAnswersSince(t time.Time) int {
+	n := 0
+	for _, s := range b.snapshot() {
+		if strings.Contains(s.url, "/locks?") && s.done && s.sent.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// answers counts the answers whose bodies were read to requests whose URL
+// contains part.
+func (b *browserLog) answers(part string) int {
+	n := 0
+	for _, s := range b.snapshot() {
+		if strings.Contains(s.url, part) && s.done {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAnswers waits until n more answers to requests whose URL contains
+// part have been read, for at most 15 s.
+func (b *browserLog) waitAnswers(t *testing.T, part string, n int) {
+	t.Helper()
+	for want, deadline := b.answers(part)+n, time.Now().Add(15*time.Second); b.answers(part) < want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page stopped fetching %s", part)
+		}
+	}
+}
+
+// openTab starts a headless Chromium with a new empty profile, opens a tab
+// that records what it does, and stops the browser when the test ends.
+func openTab(t *testing.T) (context.Context, *browserLog) {
+	t.Helper()
+	bin := chromiumBinary(t)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 760),
+	)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browserLog{responses: map[network.RequestID]*seen{}, sent: map[network.RequestID]time.Time{}, finished: make(chan network.RequestID, 4096)}
+	if err := chromedp.Listen(ctx, b.listen); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting chromium: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); b.bodies(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cancelAlloc()
+	})
+	return ctx, b
+}
+
+// eval runs a JavaScript expression in the tab, for at most 10 s.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitPage polls the page until expr is true, for at most 15 s (a limit
+// for a page that never gets there, not a timing goal).
+func waitPage(t *testing.T, ctx context.Context, expr, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !eval[bool](t, ctx, expr); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed %s", what)
+		}
+	}
+}
+
+// patient are the gateway settings of the browser tests: the browser and
+// the test share a loaded machine, where a node call (even to the
+// embedded store under -race) can take longer than the default 50ms node
+// timeout and answer 503. These tests are about the page.
+var patient = []string{"-node-timeout", "500ms", "-min-ttl", "1s"}
+
+// The page in a real headless Chromium: it loads without a console error,
+// shows a lock acquired through the API at its next polls and drops it
+// after its release, and no lease id ever reaches it (neither its DOM nor
+// any response it received). The gateway runs on three redis-server nodes.
+func TestPageInABrowser(t *testing.T) {
+	ctx, b := openTab(t)
+	nodes := redistest.StartN(t, 3, nil)
+	g := startGateway(t, append([]string{"-redis", redisURLs(nodes)}, patient...), nil)
+	g.eventually(t, "/readyz", http.StatusOK)
+
+	leases := map[string]string{} // resource -> lease id, never printed
+	acquire := func(resource, owner string, ttl time.Duration) string {
+		t.Helper()
+		a := g.do(t, http.MethodPut, "/locks/"+resource, fmt.Sprintf(`{"ttl_ms":%d,"owner":%q}`, ttl.Milliseconds(), owner))
+		if a.status != http.StatusCreated {
+			t.Fatalf("PUT /locks/%s: %d %s", resource, a.status, a.body)
+		}
+		id := a.header.Get(api.HeaderLeaseID)
+		leases[resource] = id
+		return id
+	}
+	for i, owner := range []string{"billing-worker-1", "report-cron@host-7", "invoice-sync"} {
+		acquire(fmt.Sprintf("orders:%d", 41+i), owner, time.Duration(30+60*i)*time.Second)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatalf("navigating to /ui/: %v", err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 3`, "the three held locks")
+	waitPage(t, ctx, `document.querySelectorAll("#nodes tbody tr .state-serving").length === 3`, "three serving nodes")
+	if v := eval[string](t, ctx, `document.getElementById("version").textContent`); !strings.HasPrefix(v, "version ") || strings.Contains(v, "…") {
+		t.Errorf("the version reads %q", v)
+	}
+	row := eval[[]string](t, ctx, `[...document.querySelector('#locks tr[data-resource="orders:42"]').cells].map(c => c.textContent)`)
+	if len(row) != 6 || row[1] != "report-cron@host-7" || row[3] != "90s" {
+		t.Errorf("the row of orders:42 reads %q, want its owner and TTL", row)
+	}
+
+	// A lock taken through the API shows on the page's answer to the first
+	// GET /locks it sends after the PUT (by the second at the latest,
+	// should the check below lag a poll), and is gone likewise after its
+	// release: with polls at most a second apart, within 2 s.
+	m := regexp.MustCompile(`const POLL_MS = (\d+);`).FindStringSubmatch(g.do(t, http.MethodGet, "/ui/app.js", "").body)
+	if m == nil {
+		t.Fatal("app.js has no const POLL_MS")
+	}
+	if period, _ := strconv.Atoi(m[1]); period > 1000 {
+		t.Errorf("the page polls every %d ms, want at most every second", period)
+	}
+	lease := acquire("ui-demo", "browser-test", time.Minute)
+	start := time.Now()
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="ui-demo"]') !== null`, "the lock just taken")
+	if n := b.locksAnswersSince(start); n > 2 {
+		t.Errorf("the lock showed only after %d answers to GET /locks sent after the PUT (%v), want at most 2", n, time.Since(start))
+	}
+	t.Logf("shown %v after the PUT", time.Since(start).Round(time.Millisecond))
+	if dom := eval[string](t, ctx, `document.documentElement.outerHTML`); !strings.Contains(dom, "browser-test") {
+		t.Errorf("the page does not show the owner")
+	}
+	if p := os.Getenv("LOCKGATE_UI_SCREENSHOT"); p != "" {
+		shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := g.do(t, http.MethodDelete, "/locks/ui-demo", "", api.HeaderLeaseID, lease); a.status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", a.status, a.body)
+	}
+	start = time.Now()
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="ui-demo"]') === null`, "the lock released")
+	if n := b.locksAnswersSince(start); n > 2 {
+		t.Errorf("the lock went only after %d answers to GET /locks sent after the DELETE (%v), want at most 2", n, time.Since(start))
+	}
+
+	// The prefix filter asks the listing for that prefix only.
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#prefix", "orders:4")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 3 && document.getElementById("prefix").value === "orders:4"`, "the filtered locks")
+
+	// No lease id, anywhere the page could have one.
+	dom := eval[string](t, ctx, `document.documentElement.outerHTML + JSON.stringify(sessionStorage) + JSON.stringify(localStorage) + document.cookie`)
+	responses := b.snapshot()
+	var locksBodies int
+	for _, s := range responses {
+		if strings.Contains(s.url, "/locks?") && strings.Contains(s.body, `"ui-demo"`) {
+			locksBodies++
+		}
+	}
+	if locksBodies == 0 {
+		t.Fatalf("no body of GET /locks with ui-demo was recorded among %d responses: the lease id check below would prove nothing", len(responses))
+	}
+	for resource, id := range leases {
+		if strings.Contains(dom, id) {
+			t.Errorf("the page contains the lease id of %s", resource)
+		}
+		for _, s := range responses {
+			if strings.Contains(s.body, id) || strings.Contains(s.headers, id) {
+				t.Errorf("the response to %s contains the lease id of %s", s.url, resource)
+			}
+		}
+	}
+	for _, s := range responses {
+		if !strings.HasPrefix(s.url, g.base+"/") && !strings.HasPrefix(s.url, "data:") {
+			t.Errorf("the page fetched %s, not from the gateway", s.url)
+		}
+		if s.sent.IsZero() || time.Since(s.sent) > time.Minute {
+			t.Errorf("no sending time for %s (%v): the counts of answers after the PUT prove nothing", s.url, s.sent)
+		}
+	}
+
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("the browser reported %s", p)
+	}
+}
+
+// With access control on, the page's files load without a token, the page
+// says that the listing needs one, and with a token allowed GET on some
+// prefixes it shows those locks only. The token is sent to the gateway
+// and kept in the tab's sessionStorage, never put into the page.
+func TestPageWithAccessControl(t *testing.T) {
+	ctx, b := openTab(t)
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(writerToken+" * *\n"+readerToken+" GET orders:\n"+wrongToken+" PUT *\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, patient, map[string]string{"LOCKGATE_AUTH_FILE": file})
+	bearer := []string{"Authorization", "Bearer " + writerToken}
+	for _, r := range []string{"orders:1", "payroll:1"} {
+		if a := g.do(t, http.MethodPut, "/locks/"+r, `{"ttl_ms":60000}`, bearer...); a.status != http.StatusCreated {
+			t.Fatalf("PUT /locks/%s: %d %s", r, a.status, a.body)
+		}
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `!document.getElementById("auth").hidden && document.getElementById("status").textContent.includes("access control")`, "that a token is needed")
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token", readerToken), chromedp.Click(`#auth-form button[type="submit"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelector('#locks tr[data-resource="orders:1"]') !== null`, "the lock the token may see")
+	// One input event, as a paste makes: at most one poll is then in
+	// flight, and the two after it see the bad prefix.
+	eval[chromedp.Void](t, ctx, `(p => { p.value = "orders:1/"; p.dispatchEvent(new Event("input")); })(document.getElementById("prefix"))`)
+	waitPage(t, ctx, `document.getElementById("status").textContent.startsWith("A prefix is")`, "that the prefix is not one")
+	b.waitAnswers(t, "/metrics", 3)
+	if !eval[bool](t, ctx, `document.getElementById("status").textContent.startsWith("A prefix is")`) {
+		t.Error("the page dropped the word about the bad prefix at its next polls")
+	}
+	eval[chromedp.Void](t, ctx, `(p => { p.value = ""; p.dispatchEvent(new Event("input")); })(document.getElementById("prefix"))`)
+	waitPage(t, ctx, `document.getElementById("status").hidden && document.querySelector('#locks tr[data-resource="orders:1"]') !== null`, "the listing again after the prefix is cleared")
+	// Drawn from the same answer as orders:1, which the listing filtered.
+	if eval[bool](t, ctx, `document.querySelector('#locks tr[data-resource="payroll:1"]') !== null`) {
+		t.Error("the page shows payroll:1, outside the token's prefixes")
+	}
+	if dom := eval[string](t, ctx, `document.documentElement.outerHTML`); strings.Contains(dom, readerToken) {
+		t.Error("the page's DOM contains the token")
+	}
+	if got := eval[string](t, ctx, `sessionStorage.getItem("lockgate-token")`); got != readerToken {
+		t.Error("the token is not kept in sessionStorage")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#forget")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("status").textContent.includes("access control") && document.querySelectorAll("#locks tbody tr").length === 0`, "the locks hidden again without the token")
+	// A token that may not list (no GET): 403, and the page stops asking
+	// for the listing (each ask would count as a forbidden request) while
+	// it goes on reading /metrics. (A 401 takes the same path.)
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token", wrongToken), chromedp.Click(`#auth-form button[type="submit"]`)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("status").textContent.includes("may not list locks")`, "that the token may not list")
+	locks := b.locksAnswers()
+	b.waitAnswers(t, "/metrics", 2)
+	if extra := b.locksAnswers() - locks; extra > 1 {
+		t.Errorf("the page asked GET /locks %d more times after a 403", extra)
+	}
+
+	// The browser logs each 401 and 403 as a failed load; nothing else may
+	// show.
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
+		if strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 401") ||
+			strings.HasPrefix(p, "log error (network): Failed to load resource: the server responded with a status of 403") {
+			continue
+		}
+		t.Errorf("the browser reported %s", p)
+	}
+}
+
+// With 10,000 held locks the page stays usable: it fetches and draws one
+// page of the listing (100 by default, 1000 at most), pages forward and
+// back with the listing's cursor, and the prefix filter narrows it.
+func TestPageWithTenThousandLocks(t *testing.T) {
+	ctx, b := openTab(t)
+	g := startGateway(t, patient, nil)
+	const held, workers = 10000, 2
+	errc := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			for i := w; i < held; i += workers {
+				req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/locks/bulk:%05d", g.base, i), strings.NewReader(`{"ttl_ms":300000,"owner":"bulk"}`))
+				req.Header.Set("Content-Type", api.MediaJSON)
+				resp, err := client.Do(req)
+				if err != nil {
+					errc <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					errc <- fmt.Errorf("PUT bulk:%05d: %d", i, resp.StatusCode)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	if err := chromedp.Do(ctx, chromedp.Navigate(g.base+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 100`, "a page of 100 locks")
+	t.Logf("first page of 100 of %d locks drawn %v after navigating", held, time.Since(start).Round(time.Millisecond))
+	rows := `[...document.querySelectorAll("#locks tbody tr")].map(r => r.dataset.resource).join(",")`
+	first := eval[string](t, ctx, rows)
+	if err := chromedp.Do(ctx, chromedp.Click("#next")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("page").textContent.startsWith("page 2") && !document.getElementById("prev").disabled`, "page 2")
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length > 0`, "the locks of page 2")
+	second := eval[string](t, ctx, rows)
+	for _, r := range strings.Split(second, ",") {
+		if strings.Contains(","+first+",", ","+r+",") {
+			t.Errorf("%s is on pages 1 and 2", r)
+			break
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Click("#prev")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.getElementById("page").textContent.startsWith("page 1") && document.getElementById("prev").disabled`, "page 1 again")
+
+	if err := chromedp.Do(ctx, chromedp.SetValue("#limit", "1000"), chromedp.Evaluate[chromedp.Void](`document.getElementById("limit").dispatchEvent(new Event("change"))`)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 1000`, "a page of 1000 locks")
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#prefix", "bulk:0123")); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 10 && document.querySelector('#locks tr[data-resource="bulk:01239"]') !== null`, "the 10 locks under bulk:0123")
+
+	b.mu.Lock()
+	problems := b.problems
+	b.mu.Unlock()
+	for _, p := range problems {
+		t.Errorf("the browser reported %s", p)
+	}
+}
