@@ -92,6 +92,9 @@ var settings = []setting{
 			if err != nil || (pu.Scheme != "redis" && pu.Scheme != "rediss") || pu.Host == "" {
 				return fmt.Errorf("%q is not a redis://host:port or rediss://host:port URL", redactURL(u))
 			}
+			if err := checkPort(pu); err != nil {
+				return fmt.Errorf("%s: %w", redactURL(u), err)
+			}
 			c.Redis = append(c.Redis, u)
 		}
 		seen := map[string]bool{}
@@ -271,4 +274,18 @@ func redactURLs(list string) string {
 		parts[i] = redactURL(strings.TrimSpace(p))
 	}
 	return strings.Join(parts, ",")
+}
+
+// checkPort refuses a port url.Parse lets through but no dial can use
+// (url.Parse checks only that it is digits): 0 or above 65535. No port
+// means Redis's 6379.
+func checkPort(u *url.URL) error {
+	p := u.Port()
+	if p == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %s is not from 1 to 65535", p)
+	}
+	return nil
 }

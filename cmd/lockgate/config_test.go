@@ -30,7 +30,7 @@ func badValues(t *testing.T) map[string][]string {
 	}
 	return map[string][]string{
 		"addr":          {"localhost", "no-port-here", ":::"},
-		"redis":         {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379"},
+		"redis":         {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379", "redis://:pw@127.0.0.1:70000", "redis://h:0"},
 		"node-timeout":  {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
 		"drift-factor":  {"x", "0", "-0.1", "0.5"},
 		"min-ttl":       {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
@@ -174,6 +174,7 @@ func TestBadRedisURLErrorsHidePasswords(t *testing.T) {
 		"redis://:hunter2-pw@a:1,http://:hunter2-pw@b:2",
 		"redis://:hunter2-pw@a:1,redis://:hunter2-pw@a:1",
 		"redis://:hunter2-pw%zz@a:1",
+		"redis://:hunter2-pw@127.0.0.1:70000",
 	} {
 		_, err := parseConfig([]string{"-redis", v}, envOf(nil), io.Discard)
 		if err == nil {
