@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/handlers"
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	log := zerolog.New(logOut).Level(level).With().Timestamp().Str("service", "lockgate").Logger()
+	// Before any Redis client exists: go-redis logs (failed dials of the
+	// first PING) to its own plain-text logger until told otherwise.
+	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
 	logConfig(log, cfg)
 
 	cfg.unprotected = getenv(unprotectedEnv) == "1"
