@@ -91,6 +91,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
 		OnRequest: m.Request, Metrics: m.Handler(),
 	}
+	if cfg.tls.clientCA != "" {
+		hopts.Middleware = append(hopts.Middleware, requireClientCert)
+	}
 	stopHangup := wireOps(ctx, cfg, log, hopts)
 	defer stopHangup()
 	h, err := handlers.New(locker, hopts)
