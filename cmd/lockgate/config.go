@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -104,6 +105,31 @@ var settings = []setting{
 				return fmt.Errorf("%s is listed twice; Redlock needs independent nodes", pu.Host)
 			}
 			seen[pu.Host] = true
+		}
+		return nil
+	}},
+	{"redis-password-file", "LOCKGATE_REDIS_PASSWORD_FILE", "", "file holding the Redis password, for every -redis URL without one (keeps it off the command line)", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if len(c.Redis) == 0 {
+			return fmt.Errorf("is set but -redis (LOCKGATE_REDIS) is empty")
+		}
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return err
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return fmt.Errorf("%s is empty", v)
+		}
+		for i, raw := range c.Redis {
+			u, _ := url.Parse(raw) // parsed by -redis already
+			if _, has := u.User.Password(); has {
+				continue
+			}
+			u.User = url.UserPassword(u.User.Username(), pw)
+			c.Redis[i] = u.String()
 		}
 		return nil
 	}},

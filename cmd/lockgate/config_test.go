@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -29,23 +30,24 @@ func badValues(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	return map[string][]string{
-		"addr":          {"localhost", "no-port-here", ":::"},
-		"redis":         {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379", "redis://:pw@127.0.0.1:70000", "redis://h:0"},
-		"node-timeout":  {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
-		"drift-factor":  {"x", "0", "-0.1", "0.5"},
-		"min-ttl":       {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
-		"max-ttl":       {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
-		"default-ttl":   {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
-		"max-wait":      {"x", "0s", "6m"},
-		"max-waiters":   {"0", "-1", "many"},
-		"body-limit":    {"x", "10", "2000000"},
-		"log-level":     {"loud", "INFO", "trace"},
-		"auth-file":     {filepath.Join(dir, "absent"), garbled, empty},
-		"rate-limit":    {"fast", "-1", "2e6"},
-		"rate-burst":    {"0", "x", "1.5"},
-		"tls-cert":      {filepath.Join(dir, "absent"), garbled, dir},
-		"tls-key":       {filepath.Join(dir, "absent"), garbled, dir},
-		"tls-client-ca": {filepath.Join(dir, "absent"), garbled, dir},
+		"addr":                {"localhost", "no-port-here", ":::"},
+		"redis":               {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379", "redis://:pw@127.0.0.1:70000", "redis://h:0"},
+		"redis-password-file": {filepath.Join(dir, "absent"), dir, emptyFile(t, dir)},
+		"node-timeout":        {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
+		"drift-factor":        {"x", "0", "-0.1", "0.5"},
+		"min-ttl":             {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
+		"max-ttl":             {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
+		"default-ttl":         {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
+		"max-wait":            {"x", "0s", "6m"},
+		"max-waiters":         {"0", "-1", "many"},
+		"body-limit":          {"x", "10", "2000000"},
+		"log-level":           {"loud", "INFO", "trace"},
+		"auth-file":           {filepath.Join(dir, "absent"), garbled, empty},
+		"rate-limit":          {"fast", "-1", "2e6"},
+		"rate-burst":          {"0", "x", "1.5"},
+		"tls-cert":            {filepath.Join(dir, "absent"), garbled, dir},
+		"tls-key":             {filepath.Join(dir, "absent"), garbled, dir},
+		"tls-client-ca":       {filepath.Join(dir, "absent"), garbled, dir},
 
 		"read-header-timeout": {"10", "0s", "-1s"},
 		"read-body-timeout":   {"soon", "0s", "-1s"},
@@ -120,6 +122,12 @@ func TestGoodValues(t *testing.T) {
 		{"Redis URLs may carry a password and TLS", []string{"-redis", " redis://:pw@a:1, rediss://user:pw@b:2/0 ,redis://c:3"}, nil,
 			func(c *config) bool {
 				return len(c.Redis) == 3 && c.Redis[0] == "redis://:pw@a:1" && c.Redis[1] == "rediss://user:pw@b:2/0"
+			}},
+		{"a password file fills in the URLs without a password", []string{"-redis", "redis://a:1,rediss://user@b:2/0,redis://:own@c:3",
+			"-redis-password-file", passwordFile(t, "s3cret pw\n")}, nil,
+			func(c *config) bool {
+				return len(c.Redis) == 3 && c.Redis[0] == "redis://:s3cret%20pw@a:1" && c.Redis[1] == "rediss://user:s3cret%20pw@b:2/0" &&
+					c.Redis[2] == "redis://:own@c:3" && !strings.Contains(fmt.Sprint(c.effective), "s3cret")
 			}},
 		{"every tuning setting is settable", []string{"-drift-factor", "0.02", "-min-ttl", "200ms", "-max-ttl", "2h",
 			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug",
@@ -203,4 +211,20 @@ func TestPositionalArgumentsAreRefused(t *testing.T) {
 	if _, err := parseConfig([]string{"serve"}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), `"serve"`) {
 		t.Errorf("err %v", err)
 	}
+}
+
+func emptyFile(t *testing.T, dir string) string {
+	f := filepath.Join(dir, "empty-password")
+	if err := os.WriteFile(f, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func passwordFile(t *testing.T, content string) string {
+	f := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

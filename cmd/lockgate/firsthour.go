@@ -16,7 +16,7 @@ import (
 // flagTypes names what each setting takes, for -h (flag shows the
 // back-quoted word of a usage as the flag's argument).
 var flagTypes = map[string]string{
-	"addr": "host:port", "redis": "URLs", "node-timeout": "duration", "drift-factor": "fraction",
+	"addr": "host:port", "redis": "URLs", "redis-password-file": "file", "node-timeout": "duration", "drift-factor": "fraction",
 	"min-ttl": "duration", "max-ttl": "duration", "default-ttl": "duration", "max-wait": "duration",
 	"max-waiters": "count", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
 	"tls-cert": "file", "tls-key": "file", "tls-client-ca": "file", "rate-limit": "per-second", "rate-burst": "count",
