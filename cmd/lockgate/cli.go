@@ -53,15 +53,6 @@ const (
 // or LOCKGATE_URL.
 const defaultGateway = "http://127.0.0.1:8080"
 
-// isSubcommand reports whether name is a client subcommand.
-func isSubcommand(name string) bool {
-	switch name {
-	case "run", "acquire", "extend", "release", "status":
-		return true
-	}
-	return false
-}
-
 // subcommand runs the client subcommand name with args and returns the
 // exit status. Messages go to stderr as one line starting "lockgate NAME:".
 func subcommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -77,7 +68,8 @@ func subcommand(name string, args []string, getenv func(string) string, stdout, 
 	case "status":
 		return statusCommand(args, getenv, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "lockgate: unknown subcommand %q\n", name)
+	fmt.Fprintf(stderr, "lockgate: unknown subcommand %q: the subcommands are run, acquire, extend, release and status; "+
+		"without one, lockgate runs the gateway, whose settings are flags (lockgate -h)\n", name)
 	return exitUsage
 }
 

@@ -217,7 +217,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*c
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (settings are flags like -redis URL)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q: the gateway's settings are flags like -redis URL, "+
+			"and the subcommands (run, acquire, extend, release, status) come first (lockgate -h)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

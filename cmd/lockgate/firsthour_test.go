@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockgate/lockgate/internal/redistest"
 )
@@ -143,5 +144,28 @@ func TestARedisPortOutOfRangeStopsTheStart(t *testing.T) {
 			!strings.Contains(msg, "port "+tc.port+" is not from 1 to 65535") || strings.Contains(msg, "s3cret") {
 			t.Errorf("%s: %q; want the setting and the port named, the password hidden", tc.value, msg)
 		}
+	}
+}
+
+// lockgate -h starts with the subcommands; an unknown one is named as such,
+// with the list, and exits 64.
+func TestHelpListsTheSubcommandsAndAnUnknownOneIsNamed(t *testing.T) {
+	p := startLockgate(t, "-h")
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("-h: exit %d; stderr %s", code, p.stderr)
+	}
+	for _, want := range []string{"lockgate run --lock NAME", "lockgate acquire", "lockgate extend", "lockgate release",
+		"lockgate status", "lockgate SUBCOMMAND -h", "-redis URLs"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, p.stderr)
+		}
+	}
+	p = startLockgate(t, "frobnicate")
+	if code := p.wait(t, 20*time.Second); code != exitUsage {
+		t.Fatalf("frobnicate: exit %d, want %d; stderr %s", code, exitUsage, p.stderr)
+	}
+	if msg := p.stderr.String(); !strings.Contains(msg, `unknown subcommand "frobnicate"`) ||
+		!strings.Contains(msg, "run, acquire, extend, release and status") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("frobnicate: stderr %q", msg)
 	}
 }

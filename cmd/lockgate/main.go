@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,7 +32,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && isSubcommand(os.Args[1]) {
+	// A first argument that is not a flag names a subcommand (or a typo of one).
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
 		os.Exit(subcommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
