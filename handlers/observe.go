@@ -10,8 +10,8 @@ import (
 // path alone, so that requests refused before routing (a 400 from the
 // contract, a 401 from authentication) are counted under their operation:
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
-// on /locks/{resource}; "healthz", "readyz", "openapi" and "metrics" for
-// those GETs; "other" for anything else. The result never contains the
+// on /locks/{resource}; "list" for GET /locks; "healthz", "readyz",
+// "openapi" and "metrics" for those GETs; "other" for anything else. The result never contains the
 // resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
@@ -42,6 +42,8 @@ func Operation(method, path string) string {
 		return "openapi"
 	case "/metrics":
 		return "metrics"
+	case "/locks":
+		return "list"
 	}
 	return "other"
 }
