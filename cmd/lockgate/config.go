@@ -46,6 +46,8 @@ type config struct {
 	effective []effective
 	// unprotected is set by LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (tests only).
 	unprotected bool
+	// redisPasswordFile is -redis-password-file, "" if unset.
+	redisPasswordFile string
 }
 
 // effective is one setting as the gateway runs with it.
@@ -109,6 +111,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"redis-password-file", "LOCKGATE_REDIS_PASSWORD_FILE", "", "file holding the Redis password, for every -redis URL without one (keeps it off the command line)", func(c *config, v string) error {
+		c.redisPasswordFile = v
 		if v == "" {
 			return nil
 		}

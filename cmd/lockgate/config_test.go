@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -227,4 +231,29 @@ func passwordFile(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// A Redis password file others may read is warned about at start.
+func TestAReadableRedisPasswordFileIsWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o640, true}, {0o644, true}} {
+		f := passwordFile(t, "pw\n")
+		if err := os.Chmod(f, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := parseConfig([]string{"-redis", "redis://127.0.0.1:1", "-redis-password-file", f}, envOf(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf testlog.Buffer
+		logConfig(zerolog.New(&buf), cfg)
+		if got := strings.Contains(buf.String(), "Redis password file is readable"); got != tc.warn {
+			t.Errorf("mode %v: warned %v, want %v:\n%s", tc.mode, got, tc.warn, buf.String())
+		}
+		if strings.Contains(buf.String(), "pw\"") {
+			t.Errorf("the log shows the password:\n%s", buf.String())
+		}
+	}
 }

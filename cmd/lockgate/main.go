@@ -236,6 +236,12 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	}
 	log.Info().Dict("settings", shown).Strs("from_flags", fromFlags).Strs("from_env", fromEnv).
 		Msg("configuration")
+	if f := cfg.redisPasswordFile; f != "" {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn().Str("redis_password_file", f).Str("mode", fi.Mode().Perm().String()).
+				Msg("the Redis password file is readable by other users of this machine; chmod 600 it")
+		}
+	}
 	if cfg.tokens != nil {
 		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")
