@@ -31,7 +31,8 @@ var (
 	// ErrNoQuorum: too few lock nodes answered (503 no-quorum). Transient.
 	ErrNoQuorum = errors.New("client: no quorum of lock nodes")
 	// ErrUnavailable: the gateway is shutting down (503), has too many
-	// waiters (429) or failed (5xx). Transient.
+	// waiters or finds the caller over its rate limit (429), or failed
+	// (5xx). Transient.
 	ErrUnavailable = errors.New("client: gateway unavailable")
 	// ErrBadRequest: the gateway refused the request's form (400, 413,
 	// 415); ProblemError.Field names the field at fault.
