@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -37,11 +40,31 @@ type Options struct {
 	// BearerToken, if set, is sent as "Authorization: Bearer <token>" on
 	// every /locks request. It is never logged nor put in an error.
 	BearerToken string
+
+	// The TLS settings below apply to an https:// gateway. They configure
+	// the default transport, so they cannot be combined with HTTPClient
+	// (configure that client's transport instead). Files are read once, by
+	// New.
+
+	// TLSConfig is the starting point of the TLS settings; nil means Go's
+	// defaults (the system's certificate authorities, no client
+	// certificate). It is cloned, never modified.
+	TLSConfig *tls.Config
+	// CAFile, if set, is a PEM file of the certificate authorities trusted
+	// to sign the gateway's certificate, in place of the system's (a
+	// private CA).
+	CAFile string
+	// CertFile and KeyFile, if set (both or neither), are the PEM client
+	// certificate (chain) and its private key, presented to a gateway that
+	// asks for one (a gateway started with -tls-client-ca: mutual TLS).
+	CertFile, KeyFile string
 }
 
 // New returns a Client for the gateway at baseURL (e.g.
-// "http://127.0.0.1:8080"). It fails only if baseURL is not an absolute
-// http or https URL.
+// "http://127.0.0.1:8080"). It fails if baseURL is not an absolute http or
+// https URL, or if the TLS settings do not load (a file that cannot be
+// read, holds no PEM certificate, or a key that is not the certificate's),
+// or are given with HTTPClient.
 func New(baseURL string, opts *Options) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -52,10 +75,51 @@ func New(baseURL string, opts *Options) (*Client, error) {
 	if opts != nil {
 		o = *opts
 	}
+	withTLS := o.TLSConfig != nil || o.CAFile != "" || o.CertFile != "" || o.KeyFile != ""
+	if o.HTTPClient != nil && withTLS {
+		return nil, errors.New("client: TLSConfig, CAFile, CertFile and KeyFile configure the default transport: " +
+			"with HTTPClient, set them on its transport instead")
+	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if withTLS {
+			if tr.TLSClientConfig, err = tlsConfig(&o); err != nil {
+				return nil, err
+			}
+		}
+		o.HTTPClient = &http.Client{Transport: tr}
 	}
 	return &Client{base: u, hc: o.HTTPClient, token: o.BearerToken, now: time.Now}, nil
+}
+
+// tlsConfig builds the TLS settings of o's default transport.
+func tlsConfig(o *Options) (*tls.Config, error) {
+	tc := &tls.Config{}
+	if o.TLSConfig != nil {
+		tc = o.TLSConfig.Clone()
+	}
+	if o.CAFile != "" {
+		b, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("client: CA file %s holds no PEM certificate", o.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	switch {
+	case (o.CertFile == "") != (o.KeyFile == ""):
+		return nil, errors.New("client: a client certificate needs both CertFile and KeyFile")
+	case o.CertFile != "":
+		pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: client certificate %s and key %s: %w", o.CertFile, o.KeyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 // AcquireOptions tune one acquisition. A nil *AcquireOptions means the
@@ -95,7 +159,7 @@ func (l *Lease) ValidUntil() time.Time {
 // waiting up to o.Wait for a holder to let go. It does not retry; see Lock
 // for retries and renewal. Errors: *ProblemError (ErrTaken with RetryAfter,
 // ErrBadRequest with Field, ErrNoQuorum, ErrUnavailable, ErrUnauthorized,
-// ErrForbidden), *NoAnswerError, or the context's error.
+// ErrForbidden), *TLSError, *NoAnswerError, or the context's error.
 func (c *Client) Acquire(ctx context.Context, resource string, o *AcquireOptions) (*Lease, error) {
 	var ao AcquireOptions
 	if o != nil {
@@ -134,7 +198,7 @@ type ExtendOptions struct {
 // Extend renews the lock leaseID holds on resource (PATCH), once. Errors:
 // *ProblemError (ErrNotHeld, ErrHeldByOther, ErrTokenMismatch,
 // ErrBadRequest, ErrNoQuorum, ErrUnavailable, ErrUnauthorized,
-// ErrForbidden), *NoAnswerError, or the context's error.
+// ErrForbidden), *TLSError, *NoAnswerError, or the context's error.
 func (c *Client) Extend(ctx context.Context, resource, leaseID string, o *ExtendOptions) (*Lease, error) {
 	var eo ExtendOptions
 	if o != nil {
@@ -162,7 +226,7 @@ func (c *Client) Release(ctx context.Context, resource, leaseID string, ifToken 
 
 // Get returns who holds the lock on resource (GET), never the lease id.
 // Errors: *ProblemError (ErrNotHeld when nothing holds it, ErrNoQuorum,
-// ErrBadRequest, ErrUnauthorized, ErrForbidden), *NoAnswerError, or the
+// ErrBadRequest, ErrUnauthorized, ErrForbidden), *TLSError, *NoAnswerError, or the
 // context's error.
 func (c *Client) Get(ctx context.Context, resource string) (*api.LockInfo, error) {
 	_, body, err := c.do(ctx, "get", http.MethodGet, resource, "", 0, nil)
@@ -196,7 +260,7 @@ func (c *Client) lease(ctx context.Context, op, method, resource, leaseID string
 const maxBody = 1 << 20
 
 // do sends one request and returns the answer's body on 2xx, a
-// *ProblemError on an error status, or a *NoAnswerError.
+// *ProblemError on an error status, a *TLSError or a *NoAnswerError.
 func (c *Client) do(ctx context.Context, op, method, resource, leaseID string, ifToken int64, body any) (*http.Response, []byte, error) {
 	u := *c.base
 	u.Path, u.RawPath = c.base.Path+"/locks/"+resource, c.base.EscapedPath()+"/locks/"+url.PathEscape(resource)
@@ -232,6 +296,9 @@ func (c *Client) do(ctx context.Context, op, method, resource, leaseID string, i
 		if ctx.Err() != nil {
 			return nil, nil, errors.Join(fmt.Errorf("lockgate: %s: %w", op, ctx.Err()), ctx.Err())
 		}
+		if te := tlsFailure(op, err); te != nil {
+			return nil, nil, te
+		}
 		// url.Error's text names the URL, which holds no secret (the lease
 		// id and bearer token travel in headers).
 		return nil, nil, &NoAnswerError{Op: op, Err: err}
@@ -242,13 +309,23 @@ func (c *Client) do(ctx context.Context, op, method, resource, leaseID string, i
 		if ctx.Err() != nil {
 			return nil, nil, errors.Join(fmt.Errorf("lockgate: %s: %w", op, ctx.Err()), ctx.Err())
 		}
+		if te := tlsFailure(op, err); te != nil {
+			return nil, nil, te
+		}
 		return nil, nil, &NoAnswerError{Op: op, Err: err}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, raw, nil
 	}
+	if resp.StatusCode == http.StatusBadRequest && c.base.Scheme == "http" && bytes.Contains(raw, plainToTLS) {
+		return nil, nil, &TLSError{Op: op, Reason: "the gateway serves HTTPS: use https:// in its URL",
+			Err: errors.New(string(bytes.TrimSpace(raw)))}
+	}
 	return nil, nil, problemOf(resp, raw)
 }
+
+// plainToTLS is what Go's HTTPS server answers to plain HTTP.
+var plainToTLS = []byte("Client sent an HTTP request to an HTTPS server")
 
 func problemOf(resp *http.Response, raw []byte) *ProblemError {
 	pe := &ProblemError{Status: resp.StatusCode}

@@ -6,7 +6,10 @@
 // a *Lease, or an error that matches one of the package's sentinels with
 // errors.Is (ErrTaken, ErrNotHeld, ErrHeldByOther, ErrTokenMismatch,
 // ErrNoQuorum, ErrUnavailable, ErrBadRequest, ErrUnauthorized,
-// ErrForbidden). The request and answer bodies are the types of package
+// ErrForbidden), a *TLSError when the TLS handshake failed, or a
+// *NoAnswerError when no answer came. Options.CAFile, CertFile and KeyFile
+// reach an HTTPS gateway with a private CA or mutual TLS. The request and
+// answer bodies are the types of package
 // api, which the gateway's handlers use too, so the two cannot drift.
 //
 // Client.Lock acquires and returns a *Lock whose watchdog renews it about

@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/api"
@@ -27,7 +31,8 @@ var (
 	// ErrNoQuorum: too few lock nodes answered (503 no-quorum). Transient.
 	ErrNoQuorum = errors.New("client: no quorum of lock nodes")
 	// ErrUnavailable: the gateway is shutting down (503), has too many
-	// waiters (429) or failed (5xx). Transient.
+	// waiters or finds the caller over its rate limit (429), or failed
+	// (5xx). Transient.
 	ErrUnavailable = errors.New("client: gateway unavailable")
 	// ErrBadRequest: the gateway refused the request's form (400, 413,
 	// 415); ProblemError.Field names the field at fault.
@@ -154,3 +159,60 @@ func (e *NoAnswerError) Error() string {
 
 // Unwrap returns the transport error.
 func (e *NoAnswerError) Unwrap() error { return e.Err }
+
+// TLSError is a request that failed at TLS, before the gateway's API saw
+// it: this client does not trust the gateway's certificate (signed by an
+// authority it does not know: Options.CAFile; issued for another name;
+// expired), the gateway refused this client's certificate (mutual TLS:
+// Options.CertFile and KeyFile), or one side speaks TLS and the other does
+// not (https:// to a plain gateway, http:// to an HTTPS one). It is not
+// Transient: a retry fails the same way until a certificate or a setting
+// changes.
+type TLSError struct {
+	Op     string // "acquire", "extend", "release", "get"
+	Reason string // what went wrong, in words, with what to check
+	Err    error  // the TLS or HTTP error
+}
+
+// Error names the call, the reason and the TLS error.
+func (e *TLSError) Error() string {
+	return "TLS with the gateway failed (" + e.Op + "): " + e.Reason + ": " + e.Err.Error()
+}
+
+// Unwrap returns the TLS error.
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// tlsFailure returns the *TLSError for a transport error that is a TLS
+// failure, or nil.
+func tlsFailure(op string, err error) *TLSError {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		record   tls.RecordHeaderError
+		opErr    *net.OpError
+	)
+	reason := ""
+	switch {
+	case errors.As(err, &unknown):
+		reason = "the gateway's certificate is signed by an authority this client does not trust " +
+			"(give the CA's certificate: --cacert, Options.CAFile)"
+	case errors.As(err, &hostname):
+		reason = "the gateway's certificate is not for the host name in the gateway URL"
+	case errors.As(err, &invalid):
+		reason = "the gateway's certificate is not valid (expired, not yet valid, or not for a server)"
+	case errors.As(err, &verify):
+		reason = "the gateway's certificate was refused"
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		// A TLS alert from the gateway: in practice, a client certificate
+		// missing or not signed by an authority of its -tls-client-ca.
+		reason = "the gateway refused the TLS connection; if it requires client certificates, " +
+			"give one it trusts (--cert and --key, Options.CertFile and KeyFile)"
+	case errors.As(err, &record) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		reason = "the gateway does not speak TLS: use http:// in its URL"
+	default:
+		return nil
+	}
+	return &TLSError{Op: op, Reason: reason, Err: err}
+}

@@ -369,6 +369,12 @@ func (c *contract) enforce(limit int64) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
+			if h, n := repeatedHeader(r, route.Operation); h != "" {
+				p := newProblem(r, http.StatusBadRequest, apiInvalid, fmt.Sprintf("%s: %d %s headers, want at most one", h, n, h))
+				p.Field = h
+				writeProblem(w, r, p, apiInvalid)
+				return
+			}
 			st := stateOf(r)
 			if st == nil {
 				st = &reqState{}
@@ -450,6 +456,11 @@ func describe(err error, bounds func(string) (string, bool)) (field, reason stri
 		field = re.Parameter.Name
 		if hasSchema {
 			reason = se.Reason
+			if se.SchemaField == "pattern" {
+				if why, ok := patternReason(field, se.Value); ok {
+					reason = why
+				}
+			}
 		} else if errors.Is(err, openapi3filter.ErrInvalidRequired) {
 			reason = "is required"
 		} else {

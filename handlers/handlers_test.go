@@ -152,17 +152,19 @@ func oneRawName(target string) bool {
 // for method and target, and unless every error is a complete problem.
 func checkContract(t *testing.T, method, target string, res response) {
 	t.Helper()
-	if res.Status >= 400 {
+	// HEAD is GET without the content (RFC 9110, 9.3.2): the contract
+	// declares it per GET route with GET's statuses and headers and no
+	// content. A recorder keeps the body a server would drop; it must be
+	// GET's problem.
+	if res.Status >= 400 && (method != http.MethodHead || len(res.Body) > 0) {
 		checkProblem(t, res)
+	}
+	if method == http.MethodHead {
+		res.Body = nil
 	}
 	router, err := contractRouter()
 	if err != nil {
 		t.Fatalf("openapi.yaml: %v", err)
-	}
-	// HEAD is GET without the content (RFC 9110, 9.3.2): the gateway
-	// answers it on every GET route, and its answer is judged as GET's.
-	if method == http.MethodHead {
-		method = http.MethodGet
 	}
 	req := httptest.NewRequest(method, target, nil)
 	route, params, err := router.FindRoute(req)
@@ -185,7 +187,7 @@ func checkContract(t *testing.T, method, target string, res response) {
 		default:
 			t.Errorf("%s %s answered %d but openapi.yaml has no such operation: %v", method, target, res.Status, err)
 		}
-		if res.Status >= 400 {
+		if res.Status >= 400 && method != http.MethodHead {
 			checkProblemSchema(t, res)
 		}
 		return

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,16 +169,22 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if b, ok := r.Body.(*bodyReader); !ok || b.Len() > 0 {
 		// An empty body, which the decoder would read as io.EOF twice, is
 		// not given to one.
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-			badBody(w, r, err)
-			return false
+		err := decodeJSON(r.Body, v)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && ok && strings.HasPrefix(te.Value, "number") {
+			// A whole number spelt 1e4 or 10000.0: the contract admits it.
+			if whole := wholeNumbers(rereadAll(b)); whole != nil {
+				err = decodeJSON(bytes.NewReader(whole), v)
+			}
 		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if errors.Is(err, errTrailing) {
 			p := newProblem(r, http.StatusBadRequest, apiInvalid, "body: trailing data after the JSON object")
 			p.Field = "body"
 			writeProblem(w, r, p, apiInvalid)
+			return false
+		}
+		if err != nil {
+			badBody(w, r, err)
 			return false
 		}
 	}
@@ -195,13 +202,33 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func badBody(w http.ResponseWriter, r *http.Request, err error) {
-	field := "body"
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		field = te.Field
+// errTrailing is decodeJSON's error for data after the JSON value.
+var errTrailing = errors.New("trailing data after the JSON object")
+
+// decodeJSON decodes one JSON value from rd into v, refusing unknown fields
+// and trailing data (errTrailing).
+func decodeJSON(rd io.Reader, v any) error {
+	dec := json.NewDecoder(rd)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
-	p := newProblem(r, http.StatusBadRequest, apiInvalid, field+": "+err.Error())
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errTrailing
+	}
+	return nil
+}
+
+func badBody(w http.ResponseWriter, r *http.Request, err error) {
+	field, reason := "body", err.Error()
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			field = te.Field
+		}
+		reason = typeReason(te.Type)
+	}
+	p := newProblem(r, http.StatusBadRequest, apiInvalid, field+": "+reason)
 	p.Field = field
 	writeProblem(w, r, p, apiInvalid)
 }

@@ -10,10 +10,10 @@ import (
 // path alone, so that requests refused before routing (a 400 from the
 // contract, a 401 from authentication) are counted under their operation:
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
-// on /locks/{resource}; "healthz", "readyz", "openapi" and "metrics" for
-// those GETs; "ui" for GETs of the page (/ui and /ui/...); "other" for
-// anything else. The result never contains the resource name, so it is
-// safe as a metric label.
+// on /locks/{resource}; "list" for GET /locks; "healthz", "readyz",
+// "openapi" and "metrics" for those GETs; "ui" for GETs of the page (/ui
+// and /ui/...); "other" for anything else. The result never contains the
+// resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {
@@ -43,6 +43,8 @@ func Operation(method, path string) string {
 		return "openapi"
 	case "/metrics":
 		return "metrics"
+	case "/locks":
+		return "list"
 	case "/ui":
 		return "ui"
 	}

@@ -53,15 +53,6 @@ const (
 // or LOCKGATE_URL.
 const defaultGateway = "http://127.0.0.1:8080"
 
-// isSubcommand reports whether name is a client subcommand.
-func isSubcommand(name string) bool {
-	switch name {
-	case "run", "acquire", "extend", "release", "status":
-		return true
-	}
-	return false
-}
-
 // subcommand runs the client subcommand name with args and returns the
 // exit status. Messages go to stderr as one line starting "lockgate NAME:".
 func subcommand(name string, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -77,7 +68,8 @@ func subcommand(name string, args []string, getenv func(string) string, stdout, 
 	case "status":
 		return statusCommand(args, getenv, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "lockgate: unknown subcommand %q\n", name)
+	fmt.Fprintf(stderr, "lockgate: unknown subcommand %q: the subcommands are run, acquire, extend, release and status; "+
+		"without one, lockgate runs the gateway, whose settings are flags (lockgate -h)\n", name)
 	return exitUsage
 }
 
@@ -86,6 +78,8 @@ type common struct {
 	name      string // the subcommand
 	gateway   string
 	tokenFile string
+	cacert    string
+	cert, key string
 	timeout   time.Duration
 	lock      string
 	stderr    io.Writer
@@ -102,6 +96,11 @@ func newFlags(name string, getenv func(string) string, stderr io.Writer, usage s
 	fs.StringVar(&c.gateway, "gateway", gw, "gateway URL (env LOCKGATE_URL)")
 	fs.StringVar(&c.tokenFile, "token-file", getenv("LOCKGATE_TOKEN_FILE"),
 		"file holding the bearer token, when the gateway has access control (env LOCKGATE_TOKEN_FILE)")
+	fs.StringVar(&c.cacert, "cacert", getenv("LOCKGATE_CACERT"),
+		"PEM file of the CAs trusted to sign an https:// gateway's certificate, instead of the system's (env LOCKGATE_CACERT)")
+	fs.StringVar(&c.cert, "cert", getenv("LOCKGATE_CERT"),
+		"PEM client certificate for a gateway that requires one (mutual TLS); needs --key (env LOCKGATE_CERT)")
+	fs.StringVar(&c.key, "key", getenv("LOCKGATE_KEY"), "PEM private key of --cert (env LOCKGATE_KEY)")
 	fs.StringVar(&c.lock, "lock", "", "the lock's resource name")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: lockgate %s %s\n", name, usage)
@@ -148,18 +147,33 @@ func (c *common) resource(pos []string, getenv func(string) string) (string, err
 }
 
 func (c *common) client() (*client.Client, error) {
-	var opts client.Options
+	opts := client.Options{CAFile: c.cacert, CertFile: c.cert, KeyFile: c.key}
+	if (c.cert == "") != (c.key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
 	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
+		tok, err := readSecret("--token-file", c.tokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return nil, err
 		}
-		opts.BearerToken = strings.TrimSpace(string(b))
-		if opts.BearerToken == "" {
-			return nil, fmt.Errorf("--token-file %s is empty", c.tokenFile)
-		}
+		opts.BearerToken = tok
 	}
 	return client.New(c.gateway, &opts)
+}
+
+// readSecret returns the content of the file a flag names, without the
+// white space around it; an empty file is an error. The error names the flag
+// and the file, never the content.
+func readSecret(flag, file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s %s is empty", flag, file)
+	}
+	return v, nil
 }
 
 // failf prints the one-line reason and returns code.
@@ -199,7 +213,8 @@ func acquireCommand(args []string, getenv func(string) string, stdout, stderr io
 	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL")
 	wait := fs.Duration("wait", 0, "how long to wait for a held lock")
 	owner := fs.String("owner", "", "label shown by status")
-	leaseID := fs.String("lease-id", "", "a lease id of your own (16 to 128 of A-Z a-z 0-9 - _); default: a fresh random one")
+	leaseID := fs.String("lease-id", "", "a lease id of your own (16 to 128 of A-Z a-z 0-9 - _; a secret: other users see command lines, prefer --lease-id-file); default: a fresh random one")
+	leaseIDFile := fs.String("lease-id-file", "", "file holding the lease id of your own")
 	env := fs.Bool("env", false, "print LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID, LOCKGATE_FENCING_TOKEN as shell assignments")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole call, beyond --wait")
 	pos, err := parse(fs, args)
@@ -209,6 +224,14 @@ func acquireCommand(args []string, getenv func(string) string, stdout, stderr io
 	name, err := c.resource(pos, func(string) string { return "" })
 	if err != nil {
 		return c.usagef("%v", err)
+	}
+	if *leaseIDFile != "" {
+		if *leaseID != "" {
+			return c.usagef("--lease-id and --lease-id-file: give one")
+		}
+		if *leaseID, err = readSecret("--lease-id-file", *leaseIDFile); err != nil {
+			return c.usagef("%v", err)
+		}
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -247,19 +270,19 @@ func extendCommand(args []string, getenv func(string) string, stdout, stderr io.
 		"Extends a lock this lease holds and prints the lease as JSON. NAME, the lease id and the\n"+
 		"token default to LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and LOCKGATE_FENCING_TOKEN.")
 	ttl := fs.Duration("ttl", 0, "new TTL; default the TTL the lock was taken with")
-	leaseID, token := leaseFlags(fs, getenv)
+	src, token := leaseFlags(fs, getenv)
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
-	name, cl, code := c.prepare(pos, getenv, *leaseID)
+	name, leaseID, cl, code := c.prepare(pos, getenv, src)
 	if code != exitOK {
 		return code
 	}
 	ctx, cancel := c.withTimeout()
 	defer cancel()
-	lease, err := cl.Extend(ctx, name, *leaseID, &client.ExtendOptions{TTL: *ttl, IfToken: *token})
+	lease, err := cl.Extend(ctx, name, leaseID, &client.ExtendOptions{TTL: *ttl, IfToken: *token})
 	if err != nil {
 		return c.failf(exitFor(err), "%s: %v", name, err)
 	}
@@ -270,19 +293,19 @@ func releaseCommand(args []string, getenv func(string) string, _, stderr io.Writ
 	fs, c := newFlags("release", getenv, stderr, "[flags] [NAME]\n\n"+
 		"Releases a lock this lease holds. NAME, the lease id and the token default to\n"+
 		"LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and LOCKGATE_FENCING_TOKEN.")
-	leaseID, token := leaseFlags(fs, getenv)
+	src, token := leaseFlags(fs, getenv)
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
-	name, cl, code := c.prepare(pos, getenv, *leaseID)
+	name, leaseID, cl, code := c.prepare(pos, getenv, src)
 	if code != exitOK {
 		return code
 	}
 	ctx, cancel := c.withTimeout()
 	defer cancel()
-	if err := cl.Release(ctx, name, *leaseID, *token); err != nil {
+	if err := cl.Release(ctx, name, leaseID, *token); err != nil {
 		return c.failf(exitFor(err), "%s: %v", name, err)
 	}
 	return exitOK
@@ -316,31 +339,56 @@ func statusCommand(args []string, getenv func(string) string, stdout, stderr io.
 	return printJSON(c, stdout, info)
 }
 
-// leaseFlags are the --lease-id and --if-token flags of extend and release.
-func leaseFlags(fs *flag.FlagSet, getenv func(string) string) (*string, *int64) {
-	leaseID := fs.String("lease-id", getenv("LOCKGATE_LEASE_ID"), "the lease id (env LOCKGATE_LEASE_ID)")
+// leaseFlags are the --lease-id, --lease-id-file and --if-token flags of
+// extend and release; the lease id is resolved by leaseOf.
+func leaseFlags(fs *flag.FlagSet, getenv func(string) string) (*leaseSource, *int64) {
+	src := &leaseSource{env: getenv("LOCKGATE_LEASE_ID")}
+	fs.StringVar(&src.flag, "lease-id", "", "the lease id; a secret: other users see command lines, prefer --lease-id-file or LOCKGATE_LEASE_ID")
+	fs.StringVar(&src.file, "lease-id-file", "", "file holding the lease id")
 	var def int64
 	if v := getenv("LOCKGATE_FENCING_TOKEN"); v != "" {
 		_, _ = fmt.Sscan(v, &def)
 	}
 	token := fs.Int64("if-token", def, "refuse unless the holder's fencing token is this (env LOCKGATE_FENCING_TOKEN); 0: no check")
-	return leaseID, token
+	return src, token
+}
+
+// leaseSource is where extend and release find the lease id: --lease-id,
+// --lease-id-file, else LOCKGATE_LEASE_ID.
+type leaseSource struct{ flag, file, env string }
+
+// id returns the lease id: the flag or the file (giving both is an error),
+// else the environment; "" if none.
+func (s *leaseSource) id() (string, error) {
+	switch {
+	case s.flag != "" && s.file != "":
+		return "", errors.New("--lease-id and --lease-id-file: give one")
+	case s.flag != "":
+		return s.flag, nil
+	case s.file != "":
+		return readSecret("--lease-id-file", s.file)
+	}
+	return s.env, nil
 }
 
 // prepare finds the lock name and builds the client for extend and release.
-func (c *common) prepare(pos []string, getenv func(string) string, leaseID string) (string, *client.Client, int) {
+func (c *common) prepare(pos []string, getenv func(string) string, src *leaseSource) (string, string, *client.Client, int) {
 	name, err := c.resource(pos, getenv)
 	if err != nil {
-		return "", nil, c.usagef("%v", err)
+		return "", "", nil, c.usagef("%v", err)
+	}
+	leaseID, err := src.id()
+	if err != nil {
+		return "", "", nil, c.usagef("%v", err)
 	}
 	if leaseID == "" {
-		return "", nil, c.usagef("no lease id: give --lease-id or LOCKGATE_LEASE_ID")
+		return "", "", nil, c.usagef("no lease id: give --lease-id-file, LOCKGATE_LEASE_ID or --lease-id")
 	}
 	cl, err := c.client()
 	if err != nil {
-		return "", nil, c.usagef("%v", err)
+		return "", "", nil, c.usagef("%v", err)
 	}
-	return name, cl, exitOK
+	return name, leaseID, cl, exitOK
 }
 
 func printJSON(c *common, stdout io.Writer, v any) int {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ type config struct {
 	effective []effective
 	// unprotected is set by LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (tests only).
 	unprotected bool
+	// redisPasswordFile is -redis-password-file, "" if unset.
+	redisPasswordFile string
 }
 
 // effective is one setting as the gateway runs with it.
@@ -97,6 +100,9 @@ var settings = []setting{
 			if err != nil || (pu.Scheme != "redis" && pu.Scheme != "rediss") || pu.Host == "" {
 				return fmt.Errorf("%q is not a redis://host:port or rediss://host:port URL", redactURL(u))
 			}
+			if err := checkPort(pu); err != nil {
+				return fmt.Errorf("%s: %w", redactURL(u), err)
+			}
 			c.Redis = append(c.Redis, u)
 		}
 		seen := map[string]bool{}
@@ -106,6 +112,32 @@ var settings = []setting{
 				return fmt.Errorf("%s is listed twice; Redlock needs independent nodes", pu.Host)
 			}
 			seen[pu.Host] = true
+		}
+		return nil
+	}},
+	{"redis-password-file", "LOCKGATE_REDIS_PASSWORD_FILE", "", "file holding the Redis password, for every -redis URL without one (keeps it off the command line)", func(c *config, v string) error {
+		c.redisPasswordFile = v
+		if v == "" {
+			return nil
+		}
+		if len(c.Redis) == 0 {
+			return fmt.Errorf("is set but -redis (LOCKGATE_REDIS) is empty")
+		}
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return err
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return fmt.Errorf("%s is empty", v)
+		}
+		for i, raw := range c.Redis {
+			u, _ := url.Parse(raw) // parsed by -redis already
+			if _, has := u.User.Password(); has {
+				continue
+			}
+			u.User = url.UserPassword(u.User.Username(), pw)
+			c.Redis[i] = u.String()
 		}
 		return nil
 	}},
@@ -209,7 +241,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*c
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q (settings are flags like -redis URL)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q: the gateway's settings are flags like -redis URL, "+
+			"and the subcommands (run, acquire, extend, release, status) come first (lockgate -h)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -305,4 +338,18 @@ func redactURLs(list string) string {
 		parts[i] = redactURL(strings.TrimSpace(p))
 	}
 	return strings.Join(parts, ",")
+}
+
+// checkPort refuses a port url.Parse lets through but no dial can use
+// (url.Parse checks only that it is digits): 0 or above 65535. No port
+// means Redis's 6379.
+func checkPort(u *url.URL) error {
+	p := u.Port()
+	if p == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %s is not from 1 to 65535", p)
+	}
+	return nil
 }

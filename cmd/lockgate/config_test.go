@@ -3,12 +3,17 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -30,7 +35,8 @@ func badValues(t *testing.T) map[string][]string {
 	}
 	return map[string][]string{
 		"addr":                   {"localhost", "no-port-here", ":::"},
-		"redis":                  {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379"},
+		"redis":                  {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379", "redis://:pw@127.0.0.1:70000", "redis://h:0"},
+		"redis-password-file":    {filepath.Join(dir, "absent"), dir, emptyFile(t, dir)},
 		"node-timeout":           {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
 		"drift-factor":           {"x", "0", "-0.1", "0.5"},
 		"min-ttl":                {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
@@ -38,8 +44,8 @@ func badValues(t *testing.T) map[string][]string {
 		"default-ttl":            {"30", "2h" /* above -max-ttl */, "10ms" /* below -min-ttl */},
 		"max-wait":               {"x", "0s", "6m"},
 		"max-waiters":            {"0", "-1", "many"},
-		"max-waiters-per-caller": {"-1", "many", "10001" /* above -max-waiters */},
 		"body-limit":             {"x", "10", "2000000"},
+		"max-waiters-per-caller": {"-1", "many", "10001" /* above -max-waiters */},
 		"ui":                     {"yes", "on", "2"},
 		"log-level":              {"loud", "INFO", "trace"},
 		"auth-file":              {filepath.Join(dir, "absent"), garbled, empty},
@@ -123,6 +129,12 @@ func TestGoodValues(t *testing.T) {
 			func(c *config) bool {
 				return len(c.Redis) == 3 && c.Redis[0] == "redis://:pw@a:1" && c.Redis[1] == "rediss://user:pw@b:2/0"
 			}},
+		{"a password file fills in the URLs without a password", []string{"-redis", "redis://a:1,rediss://user@b:2/0,redis://:own@c:3",
+			"-redis-password-file", passwordFile(t, "s3cret pw\n")}, nil,
+			func(c *config) bool {
+				return len(c.Redis) == 3 && c.Redis[0] == "redis://:s3cret%20pw@a:1" && c.Redis[1] == "rediss://user:s3cret%20pw@b:2/0" &&
+					c.Redis[2] == "redis://:own@c:3" && !strings.Contains(fmt.Sprint(c.effective), "s3cret")
+			}},
 		{"every tuning setting is settable", []string{"-drift-factor", "0.02", "-min-ttl", "200ms", "-max-ttl", "2h",
 			"-default-ttl", "1m", "-max-wait", "1m", "-max-waiters", "5", "-body-limit", "4096", "-log-level", "debug",
 			"-read-header-timeout", "3s", "-read-body-timeout", "2s", "-max-header-bytes", "4096", "-ui", "false"}, nil,
@@ -178,6 +190,7 @@ func TestBadRedisURLErrorsHidePasswords(t *testing.T) {
 		"redis://:hunter2-pw@a:1,http://:hunter2-pw@b:2",
 		"redis://:hunter2-pw@a:1,redis://:hunter2-pw@a:1",
 		"redis://:hunter2-pw%zz@a:1",
+		"redis://:hunter2-pw@127.0.0.1:70000",
 	} {
 		_, err := parseConfig([]string{"-redis", v}, envOf(nil), io.Discard)
 		if err == nil {
@@ -205,5 +218,46 @@ func TestHelpListsEverySettingAndItsVariable(t *testing.T) {
 func TestPositionalArgumentsAreRefused(t *testing.T) {
 	if _, err := parseConfig([]string{"serve"}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), `"serve"`) {
 		t.Errorf("err %v", err)
+	}
+}
+
+func emptyFile(t *testing.T, dir string) string {
+	f := filepath.Join(dir, "empty-password")
+	if err := os.WriteFile(f, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func passwordFile(t *testing.T, content string) string {
+	f := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A Redis password file others may read is warned about at start.
+func TestAReadableRedisPasswordFileIsWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o640, true}, {0o644, true}} {
+		f := passwordFile(t, "pw\n")
+		if err := os.Chmod(f, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := parseConfig([]string{"-redis", "redis://127.0.0.1:1", "-redis-password-file", f}, envOf(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf testlog.Buffer
+		logConfig(zerolog.New(&buf), cfg)
+		if got := strings.Contains(buf.String(), "Redis password file is readable"); got != tc.warn {
+			t.Errorf("mode %v: warned %v, want %v:\n%s", tc.mode, got, tc.warn, buf.String())
+		}
+		if strings.Contains(buf.String(), "pw\"") {
+			t.Errorf("the log shows the password:\n%s", buf.String())
+		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // flagTypes names what each setting takes, for -h (flag shows the
 // back-quoted word of a usage as the flag's argument).
 var flagTypes = map[string]string{
-	"addr": "host:port", "redis": "URLs", "node-timeout": "duration", "drift-factor": "fraction",
+	"addr": "host:port", "redis": "URLs", "redis-password-file": "file", "node-timeout": "duration", "drift-factor": "fraction",
 	"min-ttl": "duration", "max-ttl": "duration", "default-ttl": "duration", "max-wait": "duration",
 	"max-waiters": "count", "max-waiters-per-caller": "count", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
 	"tls-cert": "file", "tls-key": "file", "tls-client-ca": "file", "rate-limit": "per-second", "rate-burst": "count",
@@ -27,7 +27,8 @@ var flagTypes = map[string]string{
 // listing calls every one "string"), its usage, its environment variable and
 // its default.
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage of lockgate (every flag also has a LOCKGATE_* variable; a flag given wins):")
+	fmt.Fprint(w, subcommandsUsage)
+	fmt.Fprintln(w, "\nGateway settings (every flag also has a LOCKGATE_* variable; a flag given wins):")
 	for _, s := range settings {
 		typ := flagTypes[s.flag]
 		if typ == "" {
@@ -40,6 +41,18 @@ func printUsage(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 }
+
+// subcommandsUsage opens -h: what the binary does with and without a
+// subcommand.
+const subcommandsUsage = `Usage:
+  lockgate [flags]                      run the gateway (the settings below)
+  lockgate run --lock NAME -- cmd...    run cmd while holding the lock (a distributed flock)
+  lockgate acquire [flags] NAME         take a lock, print the lease (JSON, or --env for sh)
+  lockgate extend [flags] [NAME]        extend a lock this lease holds
+  lockgate release [flags] [NAME]       release a lock this lease holds
+  lockgate status [flags] NAME          print who holds a lock
+Run "lockgate SUBCOMMAND -h" for a subcommand's flags.
+`
 
 // maskURL hides the password of a Redis URL, even one that does not parse:
 // everything between the first ':' of the user part and the last '@'

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockgate/lockgate/internal/redistest"
 )
@@ -119,5 +121,51 @@ func TestStartupWarnsAboutSilentNodes(t *testing.T) {
 	g2 := startGateway(t, []string{"-redis", dead + ",redis://127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])}, nil)
 	if !strings.Contains(g2.log.String(), "fewer lock nodes answer than a quorum") {
 		t.Errorf("no quorum warning with every node silent:\n%s", g2.log)
+	}
+}
+
+// A port url.Parse accepts but no dial can use stops the start with a
+// message naming the setting and the port, not a gateway answering 503 for
+// ever.
+func TestARedisPortOutOfRangeStopsTheStart(t *testing.T) {
+	for _, tc := range []struct{ value, port string }{
+		{"redis://:s3cret@127.0.0.1:70000", "70000"},
+		{"redis://127.0.0.1:6379,redis://127.0.0.1:0", "0"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		started := false
+		err := run(ctx, []string{"-addr", "127.0.0.1:0", "-redis", tc.value}, envOf(nil), io.Discard, func(string) { started = true; cancel() })
+		cancel()
+		if started || err == nil {
+			t.Fatalf("%s: the gateway started", tc.value)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "-redis") || !strings.Contains(msg, "LOCKGATE_REDIS") ||
+			!strings.Contains(msg, "port "+tc.port+" is not from 1 to 65535") || strings.Contains(msg, "s3cret") {
+			t.Errorf("%s: %q; want the setting and the port named, the password hidden", tc.value, msg)
+		}
+	}
+}
+
+// lockgate -h starts with the subcommands; an unknown one is named as such,
+// with the list, and exits 64.
+func TestHelpListsTheSubcommandsAndAnUnknownOneIsNamed(t *testing.T) {
+	p := startLockgate(t, "-h")
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("-h: exit %d; stderr %s", code, p.stderr)
+	}
+	for _, want := range []string{"lockgate run --lock NAME", "lockgate acquire", "lockgate extend", "lockgate release",
+		"lockgate status", "lockgate SUBCOMMAND -h", "-redis URLs"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, p.stderr)
+		}
+	}
+	p = startLockgate(t, "frobnicate")
+	if code := p.wait(t, 20*time.Second); code != exitUsage {
+		t.Fatalf("frobnicate: exit %d, want %d; stderr %s", code, exitUsage, p.stderr)
+	}
+	if msg := p.stderr.String(); !strings.Contains(msg, `unknown subcommand "frobnicate"`) ||
+		!strings.Contains(msg, "run, acquire, extend, release and status") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("frobnicate: stderr %q", msg)
 	}
 }

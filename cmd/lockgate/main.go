@@ -17,9 +17,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/handlers"
@@ -31,7 +33,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && isSubcommand(os.Args[1]) {
+	// A first argument that is not a flag names a subcommand (or a typo of one).
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
 		os.Exit(subcommand(os.Args[1], os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,6 +58,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	log := zerolog.New(logOut).Level(level).With().Timestamp().Str("service", "lockgate").Logger()
+	// Before any Redis client exists: go-redis logs (failed dials of the
+	// first PING) to its own plain-text logger until told otherwise.
+	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
 	logConfig(log, cfg)
 
 	cfg.unprotected = getenv(unprotectedEnv) == "1"
@@ -90,6 +96,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	if cfg.ui {
 		hopts.UI = ui.Files()
+	}
+	if cfg.tls.clientCA != "" {
+		hopts.Middleware = append(hopts.Middleware, requireClientCert)
 	}
 	stopHangup := wireOps(ctx, cfg, log, hopts)
 	defer stopHangup()
@@ -234,6 +243,12 @@ func logConfig(log zerolog.Logger, cfg *config) {
 	}
 	log.Info().Dict("settings", shown).Strs("from_flags", fromFlags).Strs("from_env", fromEnv).
 		Msg("configuration")
+	if f := cfg.redisPasswordFile; f != "" {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn().Str("redis_password_file", f).Str("mode", fi.Mode().Perm().String()).
+				Msg("the Redis password file is readable by other users of this machine; chmod 600 it")
+		}
+	}
 	if cfg.tokens != nil {
 		log.Info().Str("auth_file", cfg.AuthFile).Int("tokens", cfg.tokens.Policy().Len()).
 			Msg("access control on: /locks needs a bearer token from the auth file")

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/auth"
@@ -22,7 +21,6 @@ import (
 // number, never a token) and the tokens in force stay; each request is
 // judged by the tokens in force when it arrived.
 func wireOps(ctx context.Context, cfg *config, log zerolog.Logger, opts *handlers.Options) (stop func()) {
-	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
 	opts.RateLimit, opts.RateBurst = cfg.rateLimit, cfg.rateBurst
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -316,6 +316,39 @@ func TestGoRedisLogsGoIntoTheJSONLog(t *testing.T) {
 	}
 }
 
+// In a fresh process (go-redis's logger not yet set by an earlier test),
+// a start over a Redis that refuses connections logs only JSON lines, from
+// the very first: go-redis's failed dials included.
+func TestTheFirstLogLinesOfAStartWithoutRedisAreJSON(t *testing.T) {
+	port := freePorts(t, 1)[0] // closed: nothing listens there
+	p := startLockgate(t, "-addr", "127.0.0.1:0", "-node-timeout", "100ms", "-min-ttl", "1s",
+		"-redis", fmt.Sprintf("redis://127.0.0.1:%d", port))
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(p.stderr.String(), "failed to dial") || !strings.Contains(p.stderr.String(), "lockgate listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no go-redis dial failure and listening line within 20s:\n%s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait(t, 20*time.Second)
+	out := p.stderr.String()
+	if out == "" || out[0] != '{' {
+		t.Errorf("the first log line is not JSON:\n%s", out)
+	}
+	sawRedis := false
+	for line := range strings.Lines(out) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Errorf("a log line is not JSON: %q", line)
+		}
+		sawRedis = sawRedis || m["component"] == "go-redis"
+	}
+	if !sawRedis {
+		t.Errorf("no go-redis line in the JSON log:\n%s", out)
+	}
+}
+
 // -rate-limit through the environment: a caller beyond its rate gets 429
 // with Retry-After.
 func TestRateLimitSetting(t *testing.T) {

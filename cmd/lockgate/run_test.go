@@ -45,13 +45,19 @@ type lockgateProc struct {
 
 func startLockgate(t *testing.T, args ...string) *lockgateProc {
 	t.Helper()
+	return startLockgateEnv(t, nil, args...)
+}
+
+// startLockgateEnv is startLockgate with env added to the environment.
+func startLockgateEnv(t *testing.T, env []string, args ...string) *lockgateProc {
+	t.Helper()
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &lockgateProc{stdout: &testlog.Buffer{}, stderr: &testlog.Buffer{}}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "LOCKGATETEST_RUN_MAIN=1")
+	p.cmd.Env = append(append(os.Environ(), "LOCKGATETEST_RUN_MAIN=1"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	// A command that outlives run holds the output pipes open: do not wait
 	// for them for ever.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/internal/testlog"
 )
 
@@ -164,6 +167,9 @@ func TestHTTPSWithACertificateMadeInTheTest(t *testing.T) {
 	}
 }
 
+// With -tls-client-ca, /locks needs a client certificate signed by one of
+// its CAs; the probe paths do not (a kubelet has none); a certificate of
+// another CA, pushed at the handshake, is refused there.
 func TestMutualTLSRefusesAClientWithoutACertificate(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, dir, "server-ca")
@@ -176,12 +182,34 @@ func TestMutualTLSRefusesAClientWithoutACertificate(t *testing.T) {
 	g := startGateway(t, []string{"-tls-cert", certFile, "-tls-key", keyFile}, map[string]string{"LOCKGATE_TLS_CLIENT_CA": clients.file})
 	base := strings.Replace(g.base, "http://", "https://", 1)
 
-	if _, _, _, err := get(httpsClient(ca, nil), base+"/healthz"); err == nil {
-		t.Error("a client without a certificate was served")
+	// Go's client sends a certificate only if the server's list of
+	// acceptable CAs names its issuer: the stranger's is not sent.
+	for name, c := range map[string]*http.Client{"no certificate": httpsClient(ca, nil), "another CA's": httpsClient(ca, &stranger)} {
+		for _, path := range probePaths {
+			if status, body, _, err := get(c, base+path); err != nil || status != http.StatusOK {
+				t.Errorf("%s: GET %s: %d %s %v; want 200 (a probe needs no certificate)", name, path, status, body, err)
+			}
+		}
+		for _, m := range []string{"PUT", "GET"} {
+			status, body, err := do(c, m, base+"/locks/mtls")
+			if err != nil || status != http.StatusForbidden || !strings.Contains(body, "requires a client certificate") ||
+				!strings.Contains(body, "urn:lockgate:problem:forbidden") {
+				t.Errorf("%s: %s /locks/mtls: %d %s %v; want a 403 problem asking for a client certificate", name, m, status, body, err)
+			}
+		}
+		if status, _, err := do(c, "GET", base+"/locks"); err != nil || status != http.StatusForbidden {
+			t.Errorf("%s: GET /locks: %d %v; want 403", name, status, err)
+		}
 	}
-	if _, _, _, err := get(httpsClient(ca, &stranger), base+"/healthz"); err == nil {
-		t.Error("a client with a certificate from another CA was served")
+	// A certificate the CAs did not sign, sent anyway, fails the handshake.
+	pushy := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs:              ca.pool,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &stranger, nil },
+	}}}
+	if status, _, _, err := get(pushy, base+"/healthz"); err == nil {
+		t.Errorf("a certificate from another CA was accepted: %d", status)
 	}
+
 	c := httpsClient(ca, &good)
 	if status, body, err := do(c, "PUT", base+"/locks/mtls"); err != nil || status != http.StatusCreated {
 		t.Fatalf("acquire with a client certificate: %d %s %v", status, body, err)
@@ -312,5 +340,167 @@ func TestPlainListenerOnANonLoopbackAddressIsWarnedAbout(t *testing.T) {
 		if got := strings.Contains(buf.String(), "without TLS"); got != tc.warn {
 			t.Errorf("%s: warned %v, want %v: %s", tc.addr, got, tc.warn, buf.String())
 		}
+	}
+}
+
+// The client subcommands reach an mTLS gateway with --cacert, --cert and
+// --key (or LOCKGATE_CACERT, LOCKGATE_CERT, LOCKGATE_KEY); without them they
+// say it is a TLS or certificate matter, never "no answer".
+func TestTheCLIAgainstAMutualTLSGateway(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "server-ca")
+	clients := newTestCA(t, dir, "client-ca")
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca.issue(t, "lockgate-1", 10, true, certFile, keyFile)
+	cCert, cKey := filepath.Join(dir, "c.pem"), filepath.Join(dir, "c.key")
+	clients.issue(t, "cli", 20, false, cCert, cKey)
+	g := startGateway(t, []string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", clients.file}, nil)
+	base := strings.Replace(g.base, "http://", "https://", 1)
+	tlsArgs := []string{"--gateway", base, "--cacert", ca.file, "--cert", cCert, "--key", cKey}
+	call := func(env map[string]string, args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := subcommand(args[0], args[1:], envOf(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, stderr := call(nil, append([]string{"acquire", "--ttl", "10s", "cli-mtls"}, tlsArgs...)...)
+	var lease api.Lease
+	if code != exitOK || json.Unmarshal([]byte(out), &lease) != nil || lease.FencingToken < 1 {
+		t.Fatalf("acquire: %d %q %q", code, out, stderr)
+	}
+	idFile := filepath.Join(dir, "lease-id")
+	if err := os.WriteFile(idFile, []byte(lease.LeaseID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := call(nil, append([]string{"extend", "--lease-id-file", idFile, "cli-mtls"}, tlsArgs...)...); code != exitOK {
+		t.Fatalf("extend: %d %q %q", code, out, stderr)
+	}
+	// The same settings from the environment.
+	env := map[string]string{"LOCKGATE_URL": base, "LOCKGATE_CACERT": ca.file, "LOCKGATE_CERT": cCert, "LOCKGATE_KEY": cKey}
+	if code, out, stderr := call(env, "status", "cli-mtls"); code != exitOK || !strings.Contains(out, `"fencing_token"`) {
+		t.Fatalf("status: %d %q %q", code, out, stderr)
+	}
+	if code, _, stderr := call(nil, append([]string{"release", "--lease-id-file", idFile, "cli-mtls"}, tlsArgs...)...); code != exitOK {
+		t.Fatalf("release: %d %q", code, stderr)
+	}
+	p := startLockgate(t, append([]string{"run", "--lock", "cli-mtls-run"}, append(tlsArgs, "--", "sh", "-c", `test "$LOCKGATE_FENCING_TOKEN" -ge 1`)...)...)
+	if got := p.wait(t, 20*time.Second); got != 0 {
+		t.Fatalf("run: exit %d; stderr %s", got, p.stderr)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+		msg  []string
+	}{
+		{"no --cacert", []string{"status", "--gateway", base, "--cert", cCert, "--key", cKey, "x"}, exitFailed,
+			[]string{"TLS with the gateway failed", "does not trust", "--cacert"}},
+		{"no client certificate", []string{"status", "--gateway", base, "--cacert", ca.file, "x"}, exitDenied,
+			[]string{"403", "requires a client certificate"}},
+		{"http:// to the HTTPS gateway", []string{"status", "--gateway", g.base, "x"}, exitFailed,
+			[]string{"TLS with the gateway failed", "use https://"}},
+		{"--cert without --key", []string{"status", "--gateway", base, "--cert", cCert, "x"}, exitUsage,
+			[]string{"--cert and --key"}},
+		{"a --cacert with no certificate", []string{"status", "--gateway", base, "--cacert", cKey, "x"}, exitUsage,
+			[]string{"holds no PEM certificate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := call(nil, tc.args...)
+			if code != tc.want {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.want, stderr)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(stderr, m) {
+					t.Errorf("stderr %q lacks %q", stderr, m)
+				}
+			}
+			if strings.Contains(stderr, "no answer") || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("stderr %q: want one line, not \"no answer\"", stderr)
+			}
+		})
+	}
+	// run without a client certificate: access denied, and the command
+	// does not start.
+	p = startLockgate(t, "run", "--gateway", base, "--cacert", ca.file, "--lock", "cli-mtls-run", "--", "true")
+	if got := p.wait(t, 20*time.Second); got != exitDenied || !strings.Contains(p.stderr.String(), "client certificate") {
+		t.Fatalf("run without a certificate: exit %d, want %d; stderr %s", got, exitDenied, p.stderr)
+	}
+}
+
+// TLS 1.2 is served with AEAD suites only: a client offering only CBC with
+// SHA-1 is refused; one offering GCM is served.
+func TestTLS12CipherSuites(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "server-ca")
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca.issue(t, "lockgate-1", 10, true, certFile, keyFile)
+	g := startGateway(t, []string{"-tls-cert", certFile, "-tls-key", keyFile}, nil)
+	base := strings.Replace(g.base, "http://", "https://", 1)
+	for _, tc := range []struct {
+		suite uint16
+		ok    bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+	} {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: ca.pool, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tc.suite},
+		}}}
+		_, _, st, err := get(c, base+"/healthz")
+		if (err == nil) != tc.ok {
+			t.Errorf("TLS 1.2 with only %s: served %v (%v), want %v", tls.CipherSuiteName(tc.suite), err == nil, err, tc.ok)
+		}
+		if err == nil && st.CipherSuite != tc.suite {
+			t.Errorf("served with %s", tls.CipherSuiteName(st.CipherSuite))
+		}
+	}
+}
+
+// SIGHUP reloads -tls-client-ca with the certificate: a client of a CA put
+// in the file is then served on /locks.
+func TestSIGHUPReloadsTheClientCA(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "server-ca")
+	first := newTestCA(t, dir, "first-ca")
+	second := newTestCA(t, dir, "second-ca")
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	ca.issue(t, "lockgate-1", 10, true, certFile, keyFile)
+	newcomer := second.issue(t, "newcomer", 20, false, filepath.Join(dir, "n.pem"), filepath.Join(dir, "n.key"))
+	caFile := filepath.Join(dir, "client-ca.pem")
+	b, _ := os.ReadFile(first.file)
+	if err := os.WriteFile(caFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certCheckEvery.Store(int64(time.Hour)) // only SIGHUP reloads
+	t.Cleanup(func() { certCheckEvery.Store(int64(time.Second)) })
+	g := startGateway(t, []string{"-tls-cert", certFile, "-tls-key", keyFile, "-tls-client-ca", caFile}, nil)
+	base := strings.Replace(g.base, "http://", "https://", 1)
+	if status, _, err := do(httpsClient(ca, &newcomer), "PUT", base+"/locks/ca-reload"); err != nil || status != http.StatusForbidden {
+		t.Fatalf("before the reload: %d %v, want 403", status, err)
+	}
+	b, _ = os.ReadFile(second.file)
+	if err := os.WriteFile(caFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, body, err := do(httpsClient(ca, &newcomer), "PUT", base+"/locks/ca-reload")
+		if err == nil && status == http.StatusCreated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGHUP: %d %s %v, want 201", status, body, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(g.log.String(), `"tls_client_ca":"`+caFile+`"`) {
+		t.Errorf("the reload line does not name the client CA file:\n%s", g.log)
 	}
 }

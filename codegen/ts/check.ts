@@ -1,0 +1,28 @@
+// Type-checks a few uses of the types openapi-typescript generates from
+// openapi.yaml (schema.d.ts, made by ../check), under tsc --strict: the
+// answers of acquire, the 409 and 429 problems, the listing, and the
+// Fencing-Token header typed as the body's fencing_token is.
+import type { components, paths } from "./schema";
+
+type Lock = paths["/locks/{resource}"];
+type Acquired = Lock["put"]["responses"]["201"]["content"]["application/json"];
+type AcquiredHeaders = Lock["put"]["responses"]["201"]["headers"];
+type Taken = Lock["put"]["responses"]["409"]["content"]["application/problem+json"];
+type TooMany = paths["/locks"]["get"]["responses"]["429"]["content"]["application/problem+json"];
+type Listing = paths["/locks"]["get"]["responses"]["200"]["content"]["application/json"];
+
+const lease: Acquired = {
+  resource: "invoice-42",
+  lease_id: "0123456789abcdef",
+  fencing_token: 7,
+  ttl_ms: 30000,
+  validity_ms: 29697,
+  expires_at: "2026-01-01T00:00:00Z",
+};
+const token: AcquiredHeaders["Fencing-Token"] = lease.fencing_token;
+const taken: Taken = { type: "urn:lockgate:problem:lock-taken", title: "Lock held by another lease", status: 409, retry_after_ms: 1200 };
+const limited: TooMany = { type: "urn:lockgate:problem:rate-limited", title: "Rate limit exceeded", status: 429 };
+const page: Listing = { locks: [{ resource: "a", fencing_token: token, owner: "", ttl_ms: 1, expires_at: "2026-01-01T00:00:00Z" }] };
+const extend: components["schemas"]["ExtendRequest"] = { ttl_ms: 60000 };
+
+export const uses = [lease, taken, limited, page, extend];
