@@ -23,7 +23,7 @@ func TestEveryDeclaredHeadStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGateway(t, memNodes(3, nil), nil, &handlers.Options{
-		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Scope: p.Scope, Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		Middleware: []func(http.Handler) http.Handler{p.Middleware}, Grants: p.Grants, Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = w.Write([]byte("# metrics\n"))
 		}),

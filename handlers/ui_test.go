@@ -48,8 +48,13 @@ func TestUIServesThePage(t *testing.T) {
 			t.Errorf("GET %s with Range and If-Modified-Since: %d, %d bytes; want 200 and all %d", tc.target, again.Status, len(again.Body), len(res.Body))
 		}
 	}
-	if res := g.do(t, http.MethodHead, "/ui/", ""); res.Status != http.StatusOK {
-		t.Errorf("HEAD /ui/: %d, want 200", res.Status)
+	for _, tc := range []struct {
+		target string
+		status int
+	}{{"/ui", http.StatusMovedPermanently}, {"/ui/", http.StatusOK}, {"/ui/app.js", http.StatusOK}, {"/ui/nope.js", http.StatusNotFound}} {
+		if res := g.do(t, http.MethodHead, tc.target, ""); res.Status != tc.status {
+			t.Errorf("HEAD %s: %d, want %d", tc.target, res.Status, tc.status)
+		}
 	}
 	for _, target := range []string{"/ui/nope.js", "/ui/app.go", "/ui/static/app.js", "/ui/..%2fopenapi.yaml", "/ui/.js", "/ui//app.js"} {
 		res := g.do(t, http.MethodGet, target, "")
@@ -67,6 +72,9 @@ func TestUIOff(t *testing.T) {
 	g := newGateway(t, memNodes(1, nil), nil, nil)
 	for _, target := range []string{"/ui", "/ui/", "/ui/app.js"} {
 		wantProblem(t, g.do(t, http.MethodGet, target, ""), http.StatusNotFound, "urn:lockgate:problem:not-found")
+		if res := g.do(t, http.MethodHead, target, ""); res.Status != http.StatusNotFound {
+			t.Errorf("HEAD %s without the page: %d, want 404", target, res.Status)
+		}
 	}
 }
 

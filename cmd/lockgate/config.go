@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/auth"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
 // config is the gateway's configuration. Every setting has a flag and a
@@ -89,29 +90,26 @@ var settings = []setting{
 		c.Addr = v
 		return nil
 	}},
-	{"redis", "LOCKGATE_REDIS", "", "comma-separated redis:// or rediss:// URLs of independent Redis masters; empty: embedded in-memory store", func(c *config, v string) error {
+	{"redis", "LOCKGATE_REDIS", "", "comma-separated URLs of independent Redis nodes: redis://host:port or rediss://host:port, or a Sentinel-managed primary redis-sentinel://host:port/mastername?addr=host:port; empty: embedded in-memory store", func(c *config, v string) error {
 		c.Redis = nil
 		for _, u := range strings.Split(v, ",") {
 			u = strings.TrimSpace(u)
 			if u == "" {
 				continue
 			}
-			pu, err := url.Parse(u)
-			if err != nil || (pu.Scheme != "redis" && pu.Scheme != "rediss") || pu.Host == "" {
-				return fmt.Errorf("%q is not a redis://host:port or rediss://host:port URL", redactURL(u))
-			}
-			if err := checkPort(pu); err != nil {
-				return fmt.Errorf("%s: %w", redactURL(u), err)
+			if err := checkRedisURL(u); err != nil {
+				return err
 			}
 			c.Redis = append(c.Redis, u)
 		}
 		seen := map[string]bool{}
 		for _, u := range c.Redis {
 			pu, _ := url.Parse(u)
-			if seen[pu.Host] {
-				return fmt.Errorf("%s is listed twice; Redlock needs independent nodes", pu.Host)
+			key := pu.Host + pu.Path
+			if seen[key] {
+				return fmt.Errorf("%s is listed twice; Redlock needs independent nodes", key)
 			}
-			seen[pu.Host] = true
+			seen[key] = true
 		}
 		return nil
 	}},
@@ -338,6 +336,34 @@ func redactURLs(list string) string {
 		parts[i] = redactURL(strings.TrimSpace(p))
 	}
 	return strings.Join(parts, ",")
+}
+
+// checkRedisURL checks one node's URL: redis:// or rediss:// with a host
+// and a port in range, or a redis-sentinel:// (rediss-sentinel://) URL
+// that redisnode.ParseSentinelURL reads, each Sentinel's port in range.
+func checkRedisURL(u string) error {
+	pu, err := url.Parse(u)
+	switch {
+	case err != nil || pu.Host == "":
+		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port or redis-sentinel://host:port/mastername URL", redactURL(u))
+	case pu.Scheme == "redis" || pu.Scheme == "rediss":
+	case pu.Scheme == "redis-sentinel" || pu.Scheme == "rediss-sentinel":
+		fo, err := redisnode.ParseSentinelURL(u)
+		if err != nil {
+			return fmt.Errorf("%s: %w", redactURL(u), err)
+		}
+		for _, a := range fo.SentinelAddrs[1:] {
+			if err := checkPort(&url.URL{Host: a}); err != nil {
+				return fmt.Errorf("%s: %w", redactURL(u), err)
+			}
+		}
+	default:
+		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port or redis-sentinel://host:port/mastername URL", redactURL(u))
+	}
+	if err := checkPort(pu); err != nil {
+		return fmt.Errorf("%s: %w", redactURL(u), err)
+	}
+	return nil
 }
 
 // checkPort refuses a port url.Parse lets through but no dial can use
