@@ -414,3 +414,39 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	n.initialized, n.quarantined, n.lost = true, false, false
 	return nil
 }
+
+var _ lockcore.Adopter = (*Node)(nil)
+
+// noLease holds an adopted lock that two leases' copies disagreed on: it
+// is no lease id, so no lease extends, releases or takes it here until it
+// expires (see lockcore.Adopter).
+const noLease = "~"
+
+// AdoptLocks implements lockcore.Adopter.
+func (n *Node) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if epoch == "" || epoch != n.epoch {
+		return lockcore.ErrNodeChanged
+	}
+	now := n.now()
+	for _, l := range locks {
+		expires := now.Add(max(l.Remaining, time.Millisecond))
+		e := n.live(l.Resource)
+		if e == nil {
+			n.add(&entry{name: l.Resource, lease: l.Lease, token: l.Token, owner: l.Owner, ttl: l.TTL, expires: expires})
+			continue
+		}
+		if e.lease != l.Lease {
+			e.lease = noLease
+		}
+		e.token = max(e.token, l.Token)
+		if expires.After(e.expires) {
+			n.expireAt(e, expires)
+		}
+	}
+	return nil
+}

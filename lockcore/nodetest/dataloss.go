@@ -31,6 +31,7 @@ func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseDat
 		{"repair never lowers a counter", s.repairNeverLowers},
 		{"resources of one slot share its counter", s.slotSharesItsCounter},
 		{"the mark of a bootstrap shows on an empty node only, and goes with the data", s.markInitializing},
+		{"a recovering node takes in other nodes' locks, within its epoch", s.adoptLocks},
 	} {
 		t.Run(c.name, c.run)
 	}
@@ -213,6 +214,55 @@ func (s lossSuite) slotSharesItsCounter(t *testing.T) {
 	tb := s.grant(t, n, b)
 	if tb != ta+1 {
 		t.Fatalf("tokens %d (%s) then %d (%s) in slot %d: want one counter", ta, a, tb, b, lockcore.FenceSlot(a))
+	}
+}
+
+// adoptLocks: a quarantined node takes in locks (lockcore.Adopter) only
+// with its quarantine's epoch: a free lock becomes held for the lease, a
+// lock held for the same lease keeps the larger token, a lock held for
+// another lease is held for neither; each lives at least its Remaining.
+func (s lossSuite) adoptLocks(t *testing.T) {
+	ctx := context.Background()
+	n := s.newNode(t)
+	ad, ok := n.(lockcore.Adopter)
+	if !ok {
+		t.Fatalf("%T is no lockcore.Adopter", n)
+	}
+	mine := mustGrant(t, n, lockcore.NodeAcquire{Resource: "adopt-mine", Lease: "adopt-lease-mine-0123", TTL: ttl})
+	mustGrant(t, n, lockcore.NodeAcquire{Resource: "adopt-both", Lease: "adopt-lease-here-0123", TTL: ttl})
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := mustCheck(t, n)
+	locks := []lockcore.HeldLock{
+		{Resource: "adopt-free", NodeLock: lockcore.NodeLock{Found: true, Lease: "adopt-lease-free-0123", Token: 50, Owner: "o", TTL: 3 * ttl, Remaining: 3 * ttl}},
+		{Resource: "adopt-mine", NodeLock: lockcore.NodeLock{Found: true, Lease: "adopt-lease-mine-0123", Token: mine.Token + 100, TTL: ttl, Remaining: ttl}},
+		{Resource: "adopt-both", NodeLock: lockcore.NodeLock{Found: true, Lease: "adopt-lease-else-0123", Token: 7, TTL: ttl, Remaining: ttl}},
+	}
+	if err := n.Quarantine(ctx); err != nil { // a new epoch: q's is stale
+		t.Fatal(err)
+	}
+	if err := ad.AdoptLocks(ctx, locks, q.Epoch); !errors.Is(err, lockcore.ErrNodeChanged) {
+		t.Fatalf("AdoptLocks with a stale epoch: %v, want ErrNodeChanged", err)
+	}
+	q = mustCheck(t, n)
+	if err := ad.AdoptLocks(ctx, locks, q.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), q.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustInspect(t, n, "adopt-free"); l.Lease != "adopt-lease-free-0123" || l.Token != 50 || l.Remaining <= ttl {
+		t.Fatalf("adopted free lock: %+v", l)
+	}
+	if l := mustInspect(t, n, "adopt-mine"); l.Lease != "adopt-lease-mine-0123" || l.Token != mine.Token+100 {
+		t.Fatalf("adopted lock of the same lease: %+v, want token %d", l, mine.Token+100)
+	}
+	for _, lease := range []string{"adopt-lease-here-0123", "adopt-lease-else-0123"} {
+		if rep, err := n.Extend(ctx, "adopt-both", lease, 0, 0); err != nil || rep.Status == lockcore.StatusOK {
+			t.Fatalf("extend of a lock two leases' copies disagreed on, by %s: %+v, %v; want refused", lease, rep, err)
+		}
+		mustRefuse(t, n, lockcore.NodeAcquire{Resource: "adopt-both", Lease: lease, TTL: ttl})
 	}
 }
 
