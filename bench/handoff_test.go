@@ -223,9 +223,13 @@ type cluster struct {
 	clients []*redis.Client // for INFO, FLUSHALL and redsync's pools
 }
 
+// startCluster starts the three servers, with the extra redis-server
+// arguments of LOCKGATE_BENCH_REDIS_ARGS (space-separated, e.g.
+// "--appendonly yes --appendfsync everysec" for the persistence that
+// docs/operations.md recommends; default none: no persistence).
 func startCluster(tb testing.TB) *cluster {
 	tb.Helper()
-	c := &cluster{srvs: redistest.StartN(tb, 3, nil)}
+	c := &cluster{srvs: redistest.StartN(tb, 3, &redistest.Options{Args: strings.Fields(os.Getenv("LOCKGATE_BENCH_REDIS_ARGS"))})}
 	for _, s := range c.srvs {
 		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true, PoolSize: 128})
 		c.clients = append(c.clients, rdb)

@@ -1,11 +1,15 @@
 // Package chaos is lockgate's fault-injection suite. Its tests start five
-// redis-server processes with AOF on, two of them behind a fault proxy
+// redis-server processes with AOF on (appendfsync everysec), two of them behind a fault proxy
 // (internal/faultproxy), and three lockgate gateway processes built from
 // ./cmd/lockgate; 32 clients then acquire (in half the cycles with a
 // Lease-Id of their own, in the others with none, so that the gateway mints
 // it), write to a fenced register (package fencing) with their token,
 // sometimes extend, and release, while
-// a nemesis kills, wipes, pauses and isolates nodes, gateways and clients.
+// a nemesis kills, wipes, pauses and isolates nodes, gateways and clients,
+// restores a node from an older copy of its data, cuts a node's AOF back
+// as a host crash leaves an everysec node, switches a proxied node's
+// address to a server with older data (a failover to a lagging replica),
+// and restarts every gateway at once.
 // Every operation is recorded as invoke / ok / fail / unknown on one
 // monotonic clock, and six checkers read the history:
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,20 @@ const (
 	kindLag         = "episode-lag" // two nodes paused while episode resources advance
 	kindLastCurrent = "episode-pause-last-current"
 	kindLiveHolder  = "episode-live-holder" // three nodes restart empty, one after another, under a live holder
+	// A node goes back to a copy of its data taken a TTL or two before (a
+	// restore from backup): a new server process with older data.
+	kindRestore = "restore-older-copy"
+	// A node's AOF is cut back to what it held a TTL before, as a host
+	// crash leaves an appendfsync everysec node that had not synced its
+	// tail; the process restarts from it.
+	kindTailLoss = "tail-loss"
+	// A proxied node's address switches, its connections cut, to a new
+	// server process holding the node's data of a TTL or two before: a
+	// managed Redis failing over to a lagging replica behind a fixed
+	// endpoint.
+	kindFailover = "failover-lagging-replica"
+	// Every gateway is killed at once and started again (a deploy).
+	kindGwAll = "restart-every-gateway"
 )
 
 // episodeEvery is how many random faults separate two episodes; the short
@@ -30,7 +46,7 @@ const (
 const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
-	kindGwKill, kindGwPause, kindClientPause}
+	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -127,6 +143,42 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.cl.gws[g].restart()
 		f.End = n.now()
 		n.add(f)
+	case kindRestore:
+		i := n.pickToWipe()
+		n.olderCopy(ctx, kind, i, func() {})
+	case kindFailover:
+		p := n.rng.IntN(len(n.cl.proxies))
+		n.olderCopy(ctx, kind, n.proxyNode(p), func() { n.cl.proxies[p].Cut() })
+	case kindTailLoss:
+		i := n.pickToWipe()
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+		sizes, err := aofSizes(n.cl.nodes[i].Dir())
+		if err != nil {
+			n.t.Errorf("tail-loss: %v", err)
+			return
+		}
+		sleepCtx(ctx, n.ttl)
+		n.cl.nodes[i].Kill()
+		for name, size := range sizes {
+			if err := os.Truncate(name, size); err != nil {
+				n.t.Errorf("tail-loss: %v", err)
+			}
+		}
+		n.cl.nodes[i].Restart()
+		n.lost(f, i)
+		sleepCtx(ctx, n.healGap)
+	case kindGwAll:
+		f := Fault{Kind: kind, Target: "every gateway", Start: n.now()}
+		for g := range n.cl.gws {
+			f.Gateways = append(f.Gateways, g)
+			n.cl.gws[g].kill()
+		}
+		sleepCtx(ctx, n.ttl/2)
+		for g := range n.cl.gws {
+			n.cl.gws[g].restart()
+		}
+		f.End = n.now()
+		n.add(f)
 	case kindGwPause:
 		g := n.rng.IntN(len(n.cl.gws))
 		f := Fault{Kind: kind, Target: fmt.Sprintf("gateway %d", g), Start: n.now(), Gateways: []int{g}}
@@ -146,6 +198,58 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 			n.t.Logf("client %d took no grant to stall on", c)
 		}
 	}
+}
+
+// olderCopy copies node i's data, lets the load run a TTL or two, then
+// restarts the node from the copy (before calls switch, when given: cut
+// its proxy's connections).
+func (n *nemesis) olderCopy(ctx context.Context, kind string, i int, switchover func()) {
+	f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	src := filepath.Join(n.cl.nodes[i].Dir(), "appendonlydir")
+	copyDir := filepath.Join(n.t.TempDir(), "aof")
+	if err := os.CopyFS(copyDir, os.DirFS(src)); err != nil {
+		n.t.Errorf("%s: %v", kind, err)
+		return
+	}
+	sleepCtx(ctx, time.Duration(1+n.rng.IntN(2))*n.ttl)
+	n.cl.nodes[i].Kill()
+	if err := os.RemoveAll(src); err != nil {
+		n.t.Errorf("%s: %v", kind, err)
+	}
+	if err := os.CopyFS(src, os.DirFS(copyDir)); err != nil {
+		n.t.Errorf("%s: %v", kind, err)
+	}
+	switchover()
+	n.cl.nodes[i].Restart()
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// lost records f, a fault that ended with node i's data lost.
+func (n *nemesis) lost(f Fault, i int) {
+	f.End = n.now()
+	n.mu.Lock()
+	n.wiped[i] = true
+	n.mu.Unlock()
+	n.add(f)
+}
+
+// aofSizes returns the size of each append-only file under dir.
+func aofSizes(dir string) (map[string]int64, error) {
+	aof := filepath.Join(dir, "appendonlydir")
+	entries, err := os.ReadDir(aof)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		out[filepath.Join(aof, e.Name())] = fi.Size()
+	}
+	return out, nil
 }
 
 // pickToWipe prefers a node that has not lost its data yet, so that over a

@@ -214,7 +214,7 @@ func (s *Summary) Markdown() string {
 	p("Written by `LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v` (package `chaos`) from the run\n")
 	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
 		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
-	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync always`), nodes 3 and 4 behind a fault proxy;\n", s.Nodes)
+	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync everysec`), nodes 3 and 4 behind a fault proxy;\n", s.Nodes)
 	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources, sending their own `Lease-Id` in half\n", s.Gateways, s.Clients)
 	p("the cycles and none (the gateway mints one) in the others; TTL %v. Data-loss protection: **%s**.\n\n",
 		s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
