@@ -14,10 +14,11 @@
 //     and q while the node is quarantined), where tag is lockcore.SlotTag of
 //     the slot, so it lives in the Cluster slot of every resource it counts
 //     for. There are lockcore.FenceSlots of them, created when the node is
-//     initialized (Repair) and never removed: about 1.5 MB, whatever the
-//     number of names ever locked;
-//   - lockgate:{meta}:node, the node's heartbeat and quarantine record (see
-//     check.lua);
+//     initialized (Repair) and never removed: a few MB (docs/operations.md
+//     gives the figure), whatever the number of names ever locked;
+//   - lockgate:{meta}:node, the node's record (see check.lua): the server
+//     process its data was last recovered for, its quarantine, its
+//     bootstrap mark and the data format;
 //   - lockgate:{resource}:released, the pub/sub channel of releases.
 //
 // Every lock script starts with guard.lua: a slot whose counter is missing
@@ -41,11 +42,11 @@
 // context, even while go-redis redials an unreachable node.
 //
 // The lock operations (Acquire, Extend, Release, HandOff, RaiseFence,
-// Inspect) of all goroutines share pipelined round trips (see pipe.go). At
-// most a few round trips per node are in flight at once: a call that finds
-// one of them free is sent at once, alone, as before; calls that come while
-// none is free wait, and go together in one pipeline (one write, one read)
-// as soon as one frees. Pipelining changes no call's meaning:
+// Inspect) of all goroutines share pipelined round trips (see pipe.go), at
+// most pipeWorkers of them per node in flight at once: a call that finds
+// one free is sent at once, alone; calls that come while none is free
+// wait, and go together in one pipeline (one write, one read) as soon as
+// one frees. Pipelining changes no call's meaning:
 //   - a call still ends by its context's deadline: a call whose context ends
 //     before it is sent is never sent (its script did not run), and one whose
 //     context ends in flight fails with an error matching
@@ -62,10 +63,12 @@
 // Check, Quarantine, Counters, Repair, Ping, listing and pub/sub use the
 // client directly.
 //
-// Run every node with maxmemory-policy noeviction and AOF persistence with
-// appendfsync always (a node that syncs less often is quarantined after every
-// restart), and never give a node replicas that can fail over: see package
-// lockcore.
+// Run every node with maxmemory-policy noeviction (a node that may evict
+// refuses to serve). Any persistence is safe: a node answered by a server
+// process other than the one its record names (a restart, a restore, a
+// failover to a replica, including one that Redis Sentinel manages, see
+// ParseSentinelURL) recovers from the other nodes before it counts again;
+// see package lockcore, "Nodes that lose their data".
 package redisnode
 
 import (
