@@ -208,6 +208,28 @@ func (m *Metrics) Behind(names []string, behind func() []bool) {
 	}
 }
 
+// ServesAgain exports, as the gauge
+// lockgate_node_serves_again_timestamp_seconds, when each node out of
+// service is expected to serve again (Unix seconds: the end of its
+// quarantine, or about two checks ahead while it recovers from the other
+// nodes; see (*lockcore.Redlock).NodeReports), 0 while it serves or when
+// nothing tells. until is read at every scrape and must return one value
+// per name, in the same order (the zero time: 0). Call it at most once.
+func (m *Metrics) ServesAgain(names []string, until func() []time.Time) {
+	for i, n := range names {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "lockgate_node_serves_again_timestamp_seconds",
+			Help:        "When a lock node out of service is expected to serve again, in Unix seconds (the end of its quarantine, or shortly while it recovers from the other nodes); 0 while it serves or when unknown.",
+			ConstLabels: prometheus.Labels{"node": n},
+		}, func() float64 {
+			if u := until(); i < len(u) && !u[i].IsZero() {
+				return float64(u[i].UnixMilli()) / 1000
+			}
+			return 0
+		}))
+	}
+}
+
 // Nodes exports the configured node count and quorum as the gauges
 // lockgate_nodes and lockgate_quorum, and creates the per-node series at 0 so
 // that a node that never fails still has an error counter to alert on.

@@ -197,6 +197,14 @@ func TestReadinessFollowsTheQuorum(t *testing.T) {
 	if strings.Contains(fmt.Sprint(q), "127.0.0.1") {
 		t.Errorf("/readyz names a node's address: %+v", q)
 	}
+	// The metric says when too.
+	series := fmt.Sprintf(`lockgate_node_serves_again_timestamp_seconds{node=%q}`, nodes[0].Addr())
+	if v := g.scrape(t)[series]; v < float64(time.Now().Unix()) {
+		t.Errorf("%s = %v, want a time ahead", series, v)
+	}
+	if v := g.scrape(t)[fmt.Sprintf(`lockgate_node_serves_again_timestamp_seconds{node=%q}`, nodes[1].Addr())]; v != 0 {
+		t.Errorf("serving node 1: serves again at %v, want 0", v)
+	}
 	g.eventually(t, "/readyz", http.StatusOK)
 	nodes[2].Restart()
 	g.eventually(t, "/readyz", http.StatusOK)

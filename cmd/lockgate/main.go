@@ -89,6 +89,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	m.Waiters(locker.Waiting)
 	m.Behind(names, locker.Behind)
+	m.ServesAgain(names, func() []time.Time {
+		reports := locker.NodeReports()
+		out := make([]time.Time, len(reports))
+		for i, r := range reports {
+			out[i] = r.Until
+		}
+		return out
+	})
 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
