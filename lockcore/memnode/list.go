@@ -29,6 +29,9 @@ func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) 
 	count = min(max(count, 1), scanStep)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.out(); err != nil { // out of service: its locks may not be all there are
+		return nil, "", err
+	}
 	now := n.now()
 	e := n.names.from(prefix, true)
 	if cursor >= prefix {

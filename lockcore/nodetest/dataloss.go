@@ -315,6 +315,10 @@ func wantRefused(t *testing.T, n lockcore.Node, resource, lease string) {
 		"fence":   func() error { return n.RaiseFence(ctx, resource, lease, 5) },
 		"inspect": func() error { _, err := n.Inspect(ctx, resource); return err },
 	}
+	if l, ok := n.(lockcore.Lister); ok { // a listing would miss what it lost
+		ops["scan"] = func() error { _, _, err := l.ScanLocks(ctx, "", "", 100); return err }
+		ops["inspect locks"] = func() error { _, err := l.InspectLocks(ctx, []string{resource}); return err }
+	}
 	if h, ok := n.(lockcore.HandOffer); ok {
 		ops["handoff"] = func() error { _, _, err := h.HandOff(ctx, lease, 0, req); return err }
 	}

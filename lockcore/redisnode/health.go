@@ -55,6 +55,19 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 		n.record(id, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
+	if v.init && v.rid == "" && v.format == 0 && v.qsince < 0 && n.protect == "1" {
+		// An earlier lockgate's node in service (data format 1): the
+		// first check of this version takes it over as it is, so that an
+		// upgrade keeps the cluster serving (see upgrade.lua and
+		// docs/operations.md, "Upgrading").
+		took, err := upgradeScript.Run(ctx, n.rdb, []string{metaKey}, id, dataFormat).Int64()
+		if err != nil {
+			return lockcore.NodeHealth{}, timedOut(ctx, err)
+		}
+		if took == 1 {
+			v.rid, v.format = id, dataFormat
+		}
+	}
 	h := judge(v, id)
 	n.mu.Lock()
 	// A node this gateway saw initialized and now finds empty lost its

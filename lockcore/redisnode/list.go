@@ -42,6 +42,9 @@ func lockPattern(prefix string) string {
 // for about count keys, whatever the size of the keyspace. The cursor is
 // SCAN's own, in decimal.
 func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) ([]string, string, error) {
+	if !n.trusted.Load() { // out of service: its locks may not be all there are
+		return nil, "", n.outError()
+	}
 	var cur uint64
 	if cursor != "" {
 		c, err := strconv.ParseUint(cursor, 10, 64)
@@ -53,6 +56,9 @@ func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) 
 	keys, next, err := n.rdb.Scan(ctx, cur, lockPattern(prefix), int64(max(count, 1))).Result()
 	if err != nil {
 		return nil, "", err
+	}
+	if !n.trusted.Load() {
+		return nil, "", n.outError()
 	}
 	names := make([]string, 0, len(keys))
 	for _, k := range keys {
@@ -70,6 +76,9 @@ func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) 
 // InspectLocks implements lockcore.Lister: one MULTI/EXEC of HMGET and PTTL
 // per lock, so each lock is read in one atomic step.
 func (n *Node) InspectLocks(ctx context.Context, resources []string) ([]lockcore.NodeLock, error) {
+	if !n.trusted.Load() {
+		return nil, n.outError()
+	}
 	type read struct {
 		fields *redis.SliceCmd
 		pttl   *redis.DurationCmd
@@ -83,6 +92,9 @@ func (n *Node) InspectLocks(ctx context.Context, resources []string) ([]lockcore
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !n.trusted.Load() {
+		return nil, n.outError()
 	}
 	out := make([]lockcore.NodeLock, len(resources))
 	for i, rd := range reads {

@@ -585,3 +585,59 @@ func TestAMissingSlotCounterIsRepaired(t *testing.T) {
 		t.Fatalf("token %d after %d", l.Token, top)
 	}
 }
+
+// TestAnUpgradeFromTheHeartbeatRecordKeepsServing: nodes that an earlier
+// lockgate kept in service carry no record of a server process (data
+// format 1). A gateway of this version takes them over at its first check
+// instead of finding all of them lost at once, which would leave no node
+// to recover from and stop the cluster for a quarantine (MaxTTL).
+func TestAnUpgradeFromTheHeartbeatRecordKeepsServing(t *testing.T) {
+	srvs := redistest.StartN(t, 3, nil)
+	ctx := context.Background()
+	for _, s := range srvs {
+		initializeServer(t, s)
+		if err := connect(t, s).Client().HDel(ctx, "lockgate:{meta}:node", "rid", "fmt").Err(); err != nil { // as format 1 left it
+			t.Fatal(err)
+		}
+	}
+	opts := recoverOptions()
+	opts.MaxTTL = time.Minute
+	nodes := make([]lockcore.Node, 3)
+	for i, s := range srvs {
+		nodes[i] = connect(t, s)
+	}
+	rl, err := lockcore.New(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "upgraded", TTL: time.Second}, 3*time.Second)
+	for i, s := range srvs {
+		if h := health(t, s); !inService(h) {
+			t.Fatalf("node %d after the upgrade: %+v", i, h)
+		}
+	}
+}
+
+// TestAListingCountsOnlyNodesInService: node 0 restarted empty and cannot
+// recover (node 2 is down); node 1 holds three locks. A listing needs a
+// quorum of nodes in service, as every lock operation does: node 0's
+// empty answer must not make up a quorum with node 1 and list nothing
+// while three locks are held.
+func TestAListingCountsOnlyNodesInService(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	rl := recoverGateway(t, urlsOf(srvs), true, nil)
+	for i := range 3 {
+		acquireWithin(t, rl, lockcore.AcquireRequest{Resource: fmt.Sprintf("listed-%d", i), TTL: recoverTTL}, 3*time.Second)
+	}
+	srvs[2].Kill()
+	restartEmpty(t, srvs[0])
+	time.Sleep(200 * time.Millisecond) // the guard's checks find node 0 lost
+	page, err := rl.List(context.Background(), "", 0, "")
+	if err == nil {
+		t.Fatalf("listed %d locks with node 0 out of service and node 2 down; want no quorum", len(page.Locks))
+	}
+	if !errors.Is(err, lockcore.ErrNoQuorum) {
+		t.Fatalf("err %v, want ErrNoQuorum", err)
+	}
+}

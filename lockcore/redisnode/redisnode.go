@@ -138,6 +138,9 @@ var (
 	//go:embed adopt.lua
 	adoptLua    string
 	adoptScript = redis.NewScript(adoptLua)
+	//go:embed upgrade.lua
+	upgradeLua    string
+	upgradeScript = redis.NewScript(upgradeLua)
 )
 
 func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
