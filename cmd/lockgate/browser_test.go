@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,6 +378,9 @@ func TestPageShowsAQuarantinedNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, b := openTab(t)
 			nodes := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+			// Configured against the order of their names, which is not
+			// the order the page must keep.
+			slices.SortFunc(nodes, func(a, b *redistest.Server) int { return strings.Compare(b.Addr(), a.Addr()) })
 			g := startGateway(t, append([]string{"-redis", redisURLs(nodes), "-max-ttl", "30s", "-default-ttl", "10s"}, patient...), nil)
 			g.eventually(t, "/readyz", http.StatusOK)
 			leases := map[string]string{} // resource -> lease id, never printed
@@ -393,6 +397,10 @@ func TestPageShowsAQuarantinedNode(t *testing.T) {
 			}
 			waitPage(t, ctx, `document.querySelectorAll("#locks tbody tr").length === 3`, "the three held locks")
 			waitPage(t, ctx, `document.querySelectorAll("#nodes tbody tr .state-serving").length === 3`, "three serving nodes")
+			order := eval[string](t, ctx, `[...document.querySelectorAll("#nodes tbody tr")].map(r => r.dataset.node).join(",")`)
+			if want := nodes[0].Addr() + "," + nodes[1].Addr() + "," + nodes[2].Addr(); order != want {
+				t.Errorf("the nodes are in the order %s, want the configured %s", order, want)
+			}
 			if !eval[bool](t, ctx, `document.getElementById("not-ready").hidden`) {
 				t.Error("the page warns of a gateway not ready while every node serves")
 			}

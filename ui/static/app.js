@@ -225,7 +225,7 @@ async function loadNodes() {
   }
   const nodes = new Map();
   const node = (name) => {
-    if (!nodes.has(name)) nodes.set(name, { state: "", behind: false, why: [], reason: "", since: NaN, until: NaN });
+    if (!nodes.has(name)) nodes.set(name, { index: Infinity, state: "", behind: false, why: [], reason: "", since: NaN, until: NaN });
     return nodes.get(name);
   };
   const names = [];
@@ -243,7 +243,7 @@ async function loadNodes() {
         break;
       case "lockgate_node_index":
         names[s.value] = s.labels.node;
-        node(s.labels.node);
+        node(s.labels.node).index = s.value;
         break;
       case "lockgate_quorum": quorum = String(s.value); break;
       case "lockgate_nodes": count = String(s.value); break;
@@ -259,6 +259,7 @@ async function loadNodes() {
     for (const [i, r] of (ready ? ready.nodes : []).entries()) {
       // A node /metrics does not name (it always does) keeps its place.
       const n = node(names[i] || "node " + (i + 1));
+      n.index = i;
       n.state = r.state || n.state;
       n.reason = r.reason || "";
       n.since = Date.parse(r.since || "");
@@ -275,7 +276,9 @@ async function loadNodes() {
   $("not-ready").hidden = !(ready && !ready.ready);
   const tbody = $("nodes").tBodies[0];
   const rows = document.createDocumentFragment();
-  for (const [name, n] of [...nodes.entries()].sort()) {
+  // In the configured (-redis) order, as the gateway's log and /readyz.
+  const order = (a, b) => (a[1].index - b[1].index) || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+  for (const [name, n] of [...nodes.entries()].sort(order)) {
     const tr = document.createElement("tr");
     tr.dataset.node = name;
     cell(tr, name);
