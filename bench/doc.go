@@ -37,4 +37,14 @@
 // LOCKGATE_BENCH_HELD (default 100000) is the number of locks held in the
 // memory scenario, LOCKGATE_BENCH_TARGETS (comma-separated) a subset of
 // the targets, and LOCKGATE_BENCH_ETCD_ARGS extra etcd arguments.
+//
+// TestUIOverhead (uioverhead_test.go) compares the gateway's uncontended
+// throughput with its web page (/ui/) open in a headless Chromium and
+// closed: the gateway binary on the three servers with 10,000 locks held
+// (LOCKGATE_BENCH_HELD), 16 workers (LOCKGATE_BENCH_UI_C), the two arms
+// alternating over LOCKGATE_BENCH_ROUNDS rounds. It prints pairs per second
+// per arm, their ratio, the gateway's CPU per 1,000 pairs and the browser's
+// CPU. It needs chromium; run it on a quiet machine:
+//
+//	cd bench && LOCKGATE_BENCH_UI=1 go test -run TestUIOverhead -v -count=1 -timeout 20m
 package bench

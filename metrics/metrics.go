@@ -231,16 +231,24 @@ func (m *Metrics) ServesAgain(names []string, until func() []time.Time) {
 }
 
 // Nodes exports the configured node count and quorum as the gauges
-// lockgate_nodes and lockgate_quorum, and creates the per-node series at 0 so
-// that a node that never fails still has an error counter to alert on.
-// Call it at most once.
+// lockgate_nodes and lockgate_quorum, each node's place in names (their
+// configured order, from 0) as lockgate_node_index, and creates the
+// per-node series at 0 so that a node that never fails still has an error
+// counter to alert on. The index ties a node's name to its entry in the
+// nodes of a /readyz 503, which are in the same order and unnamed. Call it
+// at most once.
 func (m *Metrics) Nodes(names []string, quorum int) {
 	nodes := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_nodes", Help: "Lock nodes (Redis masters) configured."})
 	q := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_quorum", Help: "Nodes that must agree: nodes/2+1."})
+	index := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lockgate_node_index",
+		Help: "Each lock node's place in the configured list (-redis), from 0: its index in the nodes member of a /readyz 503, which names no node.",
+	}, []string{"node"})
 	nodes.Set(float64(len(names)))
 	q.Set(float64(quorum))
-	m.reg.MustRegister(nodes, q)
-	for _, n := range names {
+	m.reg.MustRegister(nodes, q, index)
+	for i, n := range names {
+		index.WithLabelValues(n).Set(float64(i))
 		for _, op := range []string{"acquire", "release", "check"} {
 			for _, kind := range []string{"timeout", "error"} {
 				m.nodeErrors.WithLabelValues(n, op, kind)

@@ -136,6 +136,19 @@ func TestNodeCallsSortErrors(t *testing.T) {
 	}
 }
 
+// lockgate_node_index keeps the configured order of the nodes, which the
+// exposition (sorted by label value) does not.
+func TestNodeIndexIsTheConfiguredOrder(t *testing.T) {
+	m := New()
+	names := []string{"z.example:6379", "a.example:6379", "m.example:6379"}
+	m.Nodes(names, 2)
+	for i, n := range names {
+		if v := value(t, m, "lockgate_node_index", "node", n); v != float64(i) {
+			t.Errorf("lockgate_node_index{node=%q} %v, want %d", n, v, i)
+		}
+	}
+}
+
 func TestQuorumFencingAndWaiters(t *testing.T) {
 	m := New()
 	waiting := 0

@@ -4,11 +4,13 @@
 // handlers package serves at /ui/.
 //
 // The files hold no lock state and no secret. Everything the page shows it
-// reads in the browser from two gateway endpoints, polled every second:
+// reads in the browser from gateway endpoints, polled every second:
 // GET /locks (the listing, a page at a time, with the bearer token the
 // user gives the page when access control is on; it never carries a lease
-// id) and GET /metrics (node states, waiters, the version). The page only
-// reads: it sends no PUT, PATCH or DELETE.
+// id), GET /metrics (node states and names, waiters, the version) and,
+// while a node does not serve, GET /readyz (when the gateway is not ready,
+// why each node does not serve and until when). The page only reads: it
+// sends no PUT, PATCH or DELETE.
 package ui
 
 import (

@@ -150,9 +150,14 @@ function render(locks) {
   $("next").disabled = !view.next;
 }
 
-// tick updates the held and left columns between polls.
+// tick updates the held and left columns, and the nodes' time until they
+// serve again, between polls.
 function tick() {
   const now = Date.now() + view.skewMs;
+  for (const td of $("nodes").querySelectorAll("td.until[data-until]")) {
+    const until = Number(td.dataset.until);
+    td.textContent = clock(until) + " (in " + fmtDuration(until - now) + ")";
+  }
   const rows = $("locks").tBodies[0].rows;
   for (let i = 0; i < rows.length && i < view.locks.length; i++) {
     const l = view.locks[i];
@@ -181,6 +186,33 @@ function parseMetrics(text) {
   return out;
 }
 
+// readiness asks /readyz, which needs no token. It returns null when it
+// cannot tell, {ready: true} on a 200 (a quorum of nodes serves; the answer
+// has no detail), or {ready: false, detail, nodes} on a 503, whose nodes
+// member gives each node's state, reason, since and until in the order of
+// the gateway's -redis list (no names, no addresses).
+async function readiness() {
+  let resp;
+  try {
+    resp = await fetch("../readyz", { cache: "no-store" });
+  } catch (e) {
+    return null;
+  }
+  noteSkew(resp);
+  if (resp.ok) return { ready: true, detail: "", nodes: [] };
+  if (resp.status !== 503) return null;
+  try {
+    const p = await resp.json();
+    return { ready: false, detail: p.detail || "", nodes: Array.isArray(p.nodes) ? p.nodes : [] };
+  } catch (e) {
+    return { ready: false, detail: "", nodes: [] };
+  }
+}
+
+// loadNodes shows each node's state from /metrics and, while a node does
+// not serve, why and until when from /readyz, whose entries
+// lockgate_node_index ties to the node names of /metrics. /readyz is asked
+// only then: while every node serves it has nothing to add.
 async function loadNodes() {
   let text;
   try {
@@ -193,9 +225,10 @@ async function loadNodes() {
   }
   const nodes = new Map();
   const node = (name) => {
-    if (!nodes.has(name)) nodes.set(name, { state: "", behind: false, why: [] });
+    if (!nodes.has(name)) nodes.set(name, { index: Infinity, state: "", behind: false, why: [], reason: "", since: NaN, until: NaN });
     return nodes.get(name);
   };
+  const names = [];
   let quorum = "?", count = "?", waiters = "?";
   for (const s of parseMetrics(text)) {
     switch (s.name) {
@@ -208,6 +241,10 @@ async function loadNodes() {
       case "lockgate_node_refusing":
         if (s.value === 1) node(s.labels.node).why.push(s.labels.reason);
         break;
+      case "lockgate_node_index":
+        names[s.value] = s.labels.node;
+        node(s.labels.node).index = s.value;
+        break;
       case "lockgate_quorum": quorum = String(s.value); break;
       case "lockgate_nodes": count = String(s.value); break;
       case "lockgate_waiters": waiters = String(s.value); break;
@@ -216,12 +253,32 @@ async function loadNodes() {
         break;
     }
   }
+  let ready = null;
+  if (nodes.size === 0 || [...nodes.values()].some((n) => n.state !== "serving")) {
+    ready = await readiness();
+    for (const [i, r] of (ready ? ready.nodes : []).entries()) {
+      // A node /metrics does not name (it always does) keeps its place.
+      const n = node(names[i] || "node " + (i + 1));
+      n.index = i;
+      n.state = r.state || n.state;
+      n.reason = r.reason || "";
+      n.since = Date.parse(r.since || "");
+      n.until = Date.parse(r.until || "");
+    }
+  }
   const serving = [...nodes.values()].filter((n) => n.state === "serving").length;
-  $("summary").textContent = serving + " of " + count + " nodes serving; a lock needs " + quorum +
-    ". Acquires waiting on this replica: " + waiters + ".";
+  let summary = serving + " of " + count + " nodes serving; a lock needs " + quorum + ".";
+  if (ready && !ready.ready) {
+    summary += ready.nodes.length ? " Not ready: no lock can be taken or extended until " + quorum + " serve."
+      : " Not ready: " + (ready.detail || "/readyz answers 503") + ".";
+  }
+  $("summary").textContent = summary + " Acquires waiting on this replica: " + waiters + ".";
+  $("not-ready").hidden = !(ready && !ready.ready);
   const tbody = $("nodes").tBodies[0];
   const rows = document.createDocumentFragment();
-  for (const [name, n] of [...nodes.entries()].sort()) {
+  // In the configured (-redis) order, as the gateway's log and /readyz.
+  const order = (a, b) => (a[1].index - b[1].index) || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+  for (const [name, n] of [...nodes.entries()].sort(order)) {
     const tr = document.createElement("tr");
     tr.dataset.node = name;
     cell(tr, name);
@@ -230,11 +287,23 @@ async function loadNodes() {
     badge.className = "state state-" + (n.state || "unknown");
     badge.textContent = n.state || "not checked yet";
     st.appendChild(badge);
+    cell(tr, isNaN(n.since) ? "" : clock(n.since), "since");
+    const until = cell(tr, "", "until");
+    if (!isNaN(n.until)) {
+      until.dataset.until = String(n.until);
+      until.title = new Date(n.until).toISOString() + " (the gateway's clock)";
+    }
     cell(tr, n.behind ? "behind" : "");
-    cell(tr, n.why.join(", "));
+    cell(tr, n.reason || n.why.join(", ") || (n.state === "unreachable" ? "does not answer (the gateway's log says why)" : ""), "why");
     rows.appendChild(tr);
   }
   tbody.replaceChildren(rows);
+  tick();
+}
+
+// clock shows a time of the gateway's clock as this browser's time of day.
+function clock(ms) {
+  return new Date(ms - view.skewMs).toLocaleTimeString();
 }
 
 async function poll() {
