@@ -359,11 +359,13 @@ func noLeaseIDs(t *testing.T, ctx context.Context, b *browserLog, resource strin
 // 30s) and the gateway is not ready. The page takes the state from /metrics
 // and why and until when from the 503 of /readyz (whose entries
 // lockgate_node_index ties to the node names), and warns that the listing
-// may leave out locks still held. No lease id reaches the page.
+// cannot list locks now. No lease id reaches the page.
 //
 // Restarted empty, node 0 lost the locks it held. Restarted from its AOF it
-// still has them and they stay listed, but the gateway quarantines it all
-// the same (a new server process may have lost acknowledged writes); with
+// still has them, but the gateway quarantines it all the same (a new
+// server process may have lost acknowledged writes) and, without a quorum
+// in service, answers the listing 503: the page keeps the list it had,
+// under its warning; with
 // LOCKGATE_UI_SCREENSHOT=FILE that case writes a screenshot of the page, a
 // few locks and one quarantined node, to FILE (docs/ui.png).
 func TestPageShowsAQuarantinedNode(t *testing.T) {
