@@ -161,6 +161,9 @@
 //     drift allowance and a node timeout, on the node's own clock); then
 //     its counters are raised to the maximum of the other nodes in service
 //     (and to the clock floor below when fewer than recoverNeed answer).
+//     Since quorum ≥ n − quorum + 1, a node can wait out a quarantine only
+//     while fewer than a quorum of the other nodes are in service: only
+//     when the cluster could not serve anyway.
 //
 // Safety therefore comes from the other nodes, not from each node's disk: a
 // node that lost the tail of its writes (appendfsync everysec, or no AOF
