@@ -45,7 +45,7 @@ func (tk *tokens) orderErrors() []string {
 	var out []string
 	for i := 1; i < len(shown); i++ {
 		if tk.pairs[shown[i]] <= tk.pairs[shown[i-1]] {
-			out = append(out, fmt.Sprintf("the docs show token %s above %s, but the answers have %d and %d",
+			out = append(out, fmt.Sprintf("the docs show token %s above token %s, but the answer's %d is not above %d",
 				shown[i], shown[i-1], tk.pairs[shown[i]], tk.pairs[shown[i-1]]))
 		}
 	}
