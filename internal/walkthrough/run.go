@@ -75,9 +75,10 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		s.Command = env.rewrite(s.Command)
 		s.Shown = env.rename(s.Shown)
 		results[i].Step = s
-		fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s/times\n{ %s\n} >%s/%d.out 2>%s/%d.err\n", dir, s.Command, dir, i, dir, i)
+		fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s\n{ %s\n} >%s 2>%s\n", quote(dir, "times"), s.Command,
+			quote(dir, strconv.Itoa(i)+".out"), quote(dir, strconv.Itoa(i)+".err"))
 	}
-	fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s/times\n", dir)
+	fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s\n", quote(dir, "times"))
 
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = env.Root
@@ -115,6 +116,11 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		return results, fmt.Errorf("%s:%d: bash: %v\n%s", w.Doc, w.Line, runErr, out)
 	}
 	return results, nil
+}
+
+// quote is the path dir/name as one single-quoted shell word.
+func quote(dir, name string) string {
+	return "'" + strings.ReplaceAll(filepath.Join(dir, name), "'", `'\''`) + "'"
 }
 
 // talksToGateway reports whether the walkthrough's fencing tokens come
