@@ -4,9 +4,9 @@
 // every answer with the one the document shows.
 //
 // A walkthrough is every sh block under one heading, in order, except the
-// blocks that only start something (listed in Skipped with the reason). A
-// block that is neither is run: a new sh block in a document is pasted by
-// the tests whether or not its author thought of them.
+// blocks that only start something (listed in Skipped with the reason).
+// Any other sh block is run: a new sh block in a document is pasted by the
+// tests whether or not its author thought of them.
 //
 // An answer shown for a command is, in the document's own forms:
 //   - a plain ``` block right after the sh block: the answer of its last
@@ -16,14 +16,19 @@
 //   - comment lines right after the command (no blank line between) whose
 //     first starts with "HTTP/" or "{"; the lines after it continue it.
 //
-// An ellipsis (…) stands for anything. What legitimately differs from run
-// to run is compared by its shape: lease ids, timestamps, the time left
-// (validity_ms, retry_after_ms, Retry-After, within 20 %), the Date
-// header; and the fencing tokens of a walkthrough that talks to the
-// gateway by their relations only (equal where the document shows equal
-// tokens, ordered as the document orders them; across two pastes, rising),
-// since the embedded store starts them from the clock and Redis nodes
-// from 1.
+// Compared are the status line, each header shown (headers a document
+// leaves out, such as Date, Content-Length or Request-Id, are not), and
+// the body: a JSON object member by member, where a member not shown is a
+// difference unless an ellipsis (…) stands among the members; other text
+// as written. An ellipsis stands for anything. What legitimately differs
+// from run to run is compared by its shape: lease ids, timestamps, the
+// time left (validity_ms, retry_after_ms, Retry-After: at most 20 % below
+// the value shown); and the fencing tokens of a walkthrough that talks to
+// the gateway by their relations only (equal where the document shows
+// equal tokens, ordered as the document orders them; across two pastes,
+// rising), since the embedded store starts them from the clock and Redis
+// nodes from 1. A command that fails, or writes to stderr, is a
+// difference too.
 package walkthrough
 
 import (
