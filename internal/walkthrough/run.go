@@ -29,7 +29,34 @@ type Env struct {
 	// Rename[1] in the commands and in the answers shown: "another key",
 	// for a walkthrough that needs a fresh store.
 	Rename [2]string
+	// RetryNoQuorum makes every curl of the pasted script retry, a second
+	// apart and up to four times, an answer of type no-quorum (503), as
+	// the docs tell clients to: over Redis nodes with a 50 ms node
+	// timeout, a heavily loaded machine can miss the timeout, which says
+	// nothing about the docs. No document shows such an answer. The
+	// retries are counted in Result.Retried.
+	RetryNoQuorum bool
 }
+
+// retryingCurl is the curl of a paste with Env.RetryNoQuorum: the real
+// curl, run again when its answer is a no-quorum problem. It logs the step
+// (never the arguments, which may hold a lease id) to $WALKTHROUGH_RETRIES.
+const retryingCurl = `curl() {
+  local i out rc
+  for i in 1 2 3 4 5; do
+    rc=0
+    out=$(command curl "$@"; r=$?; printf x; exit $r) || rc=$?
+    out=${out%x}
+    if [ $i -lt 5 ] && [[ $out == *'"urn:lockgate:problem:no-quorum"'* ]]; then
+      echo "$WALKTHROUGH_STEP" >>"$WALKTHROUGH_RETRIES"
+      sleep 1
+      continue
+    fi
+    printf '%s' "$out"
+    return $rc
+  done
+}
+`
 
 // Result is the answer to one step.
 type Result struct {
@@ -41,6 +68,8 @@ type Result struct {
 	Output, Stderr string
 	// Took is the time from the step's start to the next one's.
 	Took time.Duration
+	// Retried counts the no-quorum answers retried (Env.RetryNoQuorum).
+	Retried int
 }
 
 // rewrite turns a line of the document into the line pasted in env.
@@ -70,12 +99,15 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 	defer os.RemoveAll(dir)
 	var script strings.Builder
 	script.WriteString("set -e\n")
+	if env.RetryNoQuorum {
+		script.WriteString(retryingCurl)
+	}
 	results := make([]Result, len(w.Steps))
 	for i, s := range w.Steps {
 		s.Command = env.rewrite(s.Command)
 		s.Shown = env.rename(s.Shown)
 		results[i].Step = s
-		fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s\n{ %s\n} >%s 2>%s\n", quote(dir, "times"), s.Command,
+		fmt.Fprintf(&script, "WALKTHROUGH_STEP=%d; echo \"$EPOCHREALTIME\" >>%s\n{ %s\n} >%s 2>%s\n", i, quote(dir, "times"), s.Command,
 			quote(dir, strconv.Itoa(i)+".out"), quote(dir, strconv.Itoa(i)+".err"))
 	}
 	fmt.Fprintf(&script, "echo \"$EPOCHREALTIME\" >>%s\n", quote(dir, "times"))
@@ -88,9 +120,15 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		}
 	}
 	cmd.Env = append(cmd.Env, "PATH="+strings.Join(append(env.Path, os.Getenv("PATH")), string(os.PathListSeparator)),
-		"LOCKGATE_URL=http://"+env.Gateway)
+		"LOCKGATE_URL=http://"+env.Gateway, "WALKTHROUGH_RETRIES="+filepath.Join(dir, "retries"))
 	out, runErr := cmd.CombinedOutput()
 
+	retries, _ := os.ReadFile(filepath.Join(dir, "retries"))
+	for _, f := range strings.Fields(string(retries)) {
+		if i, err := strconv.Atoi(f); err == nil && i < len(results) {
+			results[i].Retried++
+		}
+	}
 	times, _ := os.ReadFile(filepath.Join(dir, "times"))
 	var stamps []float64
 	for _, f := range strings.Fields(string(times)) {

@@ -162,3 +162,35 @@ func TestCheckPastesTwiceAndNamesTheStep(t *testing.T) {
 		t.Fatalf("a failing step: %v", err)
 	}
 }
+
+// With RetryNoQuorum a no-quorum answer is asked again, and counted;
+// without it, it is a difference.
+func TestANoQuorumAnswerIsRetriedWhenAsked(t *testing.T) {
+	root, bin := t.TempDir(), t.TempDir()
+	// A curl that answers no-quorum twice, then the answer the doc shows.
+	writeDoc(t, bin, "curl", "#!/bin/sh\nn=$(cat "+bin+"/n 2>/dev/null || echo 0); echo $((n+1)) >"+bin+"/n\n"+
+		"if [ $n -lt 2 ]; then printf '%s' '{\"type\":\"urn:lockgate:problem:no-quorum\",\"status\":503}'; else printf '%s' '{\"ok\":true}'; fi\n")
+	if err := os.Chmod(filepath.Join(bin, "curl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeDoc(t, root, "README.md", "## Retry\n\n```sh\necho start\nX=$(curl -s localhost:8080/x); echo \"$X\"   # {\"ok\":true}\n```\n")
+	ws, err := Load(root, "README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), ws[0], Env{Root: root, Path: []string{bin}, RetryNoQuorum: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := compareStep(res[1], &tokens{pairs: map[string]int64{}}); len(d) != 0 || res[1].Retried != 2 || res[0].Retried != 0 {
+		t.Fatalf("retried %d (step 0: %d), differences %v; want 2 retries and none", res[1].Retried, res[0].Retried, d)
+	}
+	os.Remove(filepath.Join(bin, "n"))
+	res, err = Run(t.Context(), ws[0], Env{Root: root, Path: []string{bin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := compareStep(res[1], &tokens{pairs: map[string]int64{}}); len(d) == 0 || res[1].Retried != 0 {
+		t.Fatalf("without RetryNoQuorum: retried %d, differences %v", res[1].Retried, d)
+	}
+}
