@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/internal/testlog"
+	"github.com/lockgate/lockgate/internal/walkthrough"
 	"github.com/lockgate/lockgate/lockcore"
 )
 
@@ -175,85 +177,109 @@ func expect(t *testing.T, step string, got reply, status int) {
 	}
 }
 
-// TestReadmeWalkthrough follows README.md's walkthrough against the gateway
-// started as the README says (no Redis: the embedded store).
+// TestReadmeWalkthrough pastes every walkthrough of README.md and docs/*.md
+// (internal/walkthrough finds them) twice in a row into bash, against the
+// gateway and the demo store started as the README says (no flags: their
+// embedded in-memory stores) and a redis-server for redis-cli, and compares
+// every answer with the one the documents show. A walkthrough whose
+// document says it needs a fresh store gets a fresh fencedkv for each
+// paste. It also checks what the answers alone cannot show: the embedded
+// store's tokens start from the clock, a PUT with wait_ms that found the
+// lock taken answered after its wait, and no lease id reached the log.
 func TestReadmeWalkthrough(t *testing.T) {
-	bin := binary(t, "lockgate")
-	began0 := time.Now()
-	gw := start(t, bin)
+	lockgate, fencedkv := binary(t, "lockgate"), binary(t, "fencedkv")
+	redistest.Binary(t)
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatal("redis-cli not found: apt-get install redis-server (it brings redis-tools)")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl not found: apt-get install curl")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := walkthrough.Docs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := walkthrough.Load(root, docs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	gw := start(t, lockgate)
 	if !strings.Contains(gw.log.String(), "using the embedded in-memory lock store") {
 		t.Fatalf("startup log does not say it uses the embedded store:\n%s", gw.log.String())
 	}
-	url := gw.base + "/locks/invoice-42"
-	lease := "562bfdf4c227afaeca25559c4d89a6b2"
-
-	r := call(t, "PUT", url, `{"ttl_ms": 30000, "owner": "billing-worker-1"}`, "Lease-Id", lease)
-	expect(t, "1. acquire", r, 201)
-	// The embedded store's tokens start from the clock (so that they grow
-	// across restarts): above any token of an earlier start.
-	t0 := r.token(t)
-	if t0 <= lockcore.ClockFloor(began0) {
-		t.Fatalf("1. token %d, want above the clock floor of the gateway's start %d", t0, lockcore.ClockFloor(began0))
-	}
-	tok := strconv.FormatInt(t0, 10)
-	if r.header.Get("Lease-Id") != lease || r.header.Get("Fencing-Token") != tok || r.header.Get("Etag") != `"`+tok+`"` ||
-		r.header.Get("Location") != "/locks/invoice-42" {
-		t.Fatalf("1. acquire headers: %v", r.header)
-	}
-	if v := r.json(t)["validity_ms"].(float64); v <= 0 || v > 30000-300-2 {
-		t.Fatalf("1. validity_ms %v, want in (0, 29698]", v)
+	kv := start(t, fencedkv)
+	redis := redistest.Start(t, nil)
+	_, port, _ := net.SplitHostPort(redis.Addr())
+	redisPort, _ := strconv.Atoi(port)
+	base := walkthrough.Env{
+		Root: root, Gateway: strings.TrimPrefix(gw.base, "http://"), RedisPort: redisPort, Path: []string{binDir},
 	}
 
-	r = call(t, "PUT", url, "", "Lease-Id", lease)
-	expect(t, "2. same lease again", r, 200)
-	if r.token(t) != t0 {
-		t.Fatalf("2. token %d, want %d", r.token(t), t0)
+	var outputs []string
+	waited := 0
+	for _, w := range ws {
+		t.Run(w.Doc+"#"+w.Heading, func(t *testing.T) {
+			res, err := walkthrough.Check(t.Context(), w, func(int) (walkthrough.Env, error) {
+				if w.FreshStore { // as the document says: restart fencedkv, whose memory forgets
+					_ = kv.cmd.Process.Kill()
+					<-kv.done
+					kv = start(t, fencedkv)
+				}
+				env := base
+				env.Store = strings.TrimPrefix(kv.base, "http://")
+				return env, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			for _, paste := range res {
+				for _, r := range paste {
+					outputs = append(outputs, r.Output)
+					if m := waitMs.FindStringSubmatch(r.Step.Command); m != nil && strings.Contains(r.Output, "urn:lockgate:problem:lock-taken") {
+						waited++
+						if ms, _ := strconv.Atoi(m[1]); r.Took < time.Duration(ms)*time.Millisecond {
+							t.Errorf("%s:%d: answered lock-taken after %v, before its wait_ms %d", w.Doc, r.Step.Line, r.Took, ms)
+						}
+					}
+				}
+			}
+		})
 	}
-
-	r = call(t, "PUT", url, "")
-	expect(t, "3. anyone else", r, 409)
-	if r.header.Get("Content-Type") != "application/problem+json" || r.header.Get("Retry-After") != "30" ||
-		r.json(t)["type"] != "urn:lockgate:problem:lock-taken" {
-		t.Fatalf("3. conflict: %v %s", r.header, r.body)
+	if waited == 0 {
+		t.Error("no walkthrough step waited for a held lock (a PUT with wait_ms answered lock-taken)")
 	}
-
-	r = call(t, "GET", url, "")
-	expect(t, "4. inspect", r, 200)
-	if bytes.Contains(r.body, []byte(lease)) || r.json(t)["owner"] != "billing-worker-1" || r.token(t) != t0 {
-		t.Fatalf("4. inspect: %s", r.body)
+	// The embedded store's tokens start from the clock, so that they grow
+	// across restarts: above any token of an earlier start.
+	tokens, leases := 0, 0
+	for _, o := range outputs {
+		for _, m := range answeredToken.FindAllStringSubmatch(o, -1) {
+			tokens++
+			if v, _ := strconv.ParseInt(m[1], 10, 64); v <= lockcore.ClockFloor(began) {
+				t.Errorf("token %d, want above the clock floor of the gateway's start %d", v, lockcore.ClockFloor(began))
+			}
+		}
+		for _, m := range answeredLease.FindAllStringSubmatch(o, -1) {
+			leases++
+			if strings.Contains(gw.log.String(), m[1]) {
+				t.Errorf("the lease id %s… appears in the gateway's log", m[1][:4])
+			}
+		}
 	}
-
-	r = call(t, "PATCH", url, `{"ttl_ms": 60000}`, "Lease-Id", lease)
-	expect(t, "5. extend", r, 200)
-	if r.token(t) != t0 || r.json(t)["ttl_ms"].(float64) != 60000 {
-		t.Fatalf("5. extend: %s", r.body)
-	}
-
-	expect(t, "6. release", call(t, "DELETE", url, "", "Lease-Id", lease), 204)
-
-	r = call(t, "PUT", url, "")
-	expect(t, "7. next holder", r, 201)
-	if r.token(t) != t0+1 {
-		t.Fatalf("7. token %d, want %d", r.token(t), t0+1)
-	}
-
-	r = call(t, "PATCH", url, "", "Lease-Id", lease)
-	expect(t, "8. old lease", r, 409)
-	if r.json(t)["type"] != "urn:lockgate:problem:held-by-another-lease" {
-		t.Fatalf("8. old lease: %s", r.body)
-	}
-
-	began := time.Now()
-	r = call(t, "PUT", url, `{"wait_ms": 2000}`)
-	expect(t, "9. wait for a held lock", r, 409)
-	if waited := time.Since(began); waited < 2*time.Second {
-		t.Fatalf("9. answered after %v, want after the 2s wait", waited)
-	}
-
-	if strings.Contains(gw.log.String(), lease) {
-		t.Fatal("the lease id appears in the gateway's log")
+	if tokens == 0 || leases == 0 {
+		t.Errorf("the walkthroughs answered %d fencing tokens and %d lease ids; want some of each", tokens, leases)
 	}
 }
+
+var (
+	waitMs        = regexp.MustCompile(`"wait_ms": ?([0-9]+)`)
+	answeredToken = regexp.MustCompile(`"fencing_token":([0-9]+)`)
+	answeredLease = regexp.MustCompile(`(?:"lease_id":"|Lease-Id: )([A-Za-z0-9_-]{16,128})`)
+)
 
 // TestStaleWriterIsRefused is the failure from the seeds, end to end: client
 // 1 acquires and stalls past its TTL; client 2 acquires with a higher token
