@@ -8,16 +8,10 @@ import (
 // callers runs the rounds' node calls on goroutines it keeps between
 // calls, at most max of them (busy or parked) at once. A node call goes
 // deep into the node's client (go-redis), and a fresh goroutine grows its
-// stack two or three times on the way, copying it each time. In an
-// in-process benchmark of lockcore over three redis-server processes at
-// one caller, stack growth was 22-24 % of the CPU; with kept goroutines it
-// fell below the profile's threshold (the GC still halves a parked
-// goroutine's stack when little of it is used, so some growth comes back
-// after each GC). The same benchmark with the two builds alternating took
-// 330-368 µs per acquire and release against 362-423 µs; in the throughput
-// bench (two runs with and without, BENCHMARKS.md) acquire p50 at C = 1
-// fell by 10 % and 12 %, while at C = 16 and 64 the two runs disagreed in
-// sign.
+// stack two or three times on the way, copying it each time: a large share
+// of the CPU of a lone caller. A kept goroutine has grown its stack
+// already (the GC may halve a parked goroutine's stack when little of it
+// is used, so some growth comes back after a GC).
 //
 // A kept goroutine keeps its stack (a few KB to a few tens of KB) until
 // close. A call that finds none parked starts one, which runs only that
@@ -27,8 +21,7 @@ import (
 // that goroutine did before (an earlier request's node call) before the new
 // request's later steps: the race detector would no longer see a race
 // between the two requests. Race builds (raceBuild) therefore start a
-// goroutine per call, as before, unless a test turns keeping on
-// (export_test.go).
+// goroutine per call, unless a test turns keeping on (export_test.go).
 type callers struct {
 	keep bool        // false: a goroutine per call
 	work chan func() // unbuffered: a send succeeds only to a parked goroutine

@@ -25,14 +25,10 @@ import (
 // late answers are acted on as those of any node that missed a grace. So
 // no rule of the package doc depends on pace.
 //
-// Measured on 2026-11-26 (a scratch run of the throughput bench's
-// uncontended case, C = 16, the third server's replies 30 ms late, 5 s
-// each, lockgate-3 and lockgate-3-slow alternating twice, this code and the
-// code before it one after the other): with a grace for every call the
-// slow cluster kept 0.56 and 0.63 of the healthy one's pairs/s, with pace
-// 0.93 and 0.91; the healthy figures were within the machine's noise
-// (3,680 and 3,515 pairs/s with pace, 3,501 and 3,281 without). See BENCHMARKS.md for the
-// full bench.
+// Without pace, a cluster with one slow node would pay a grace on every
+// call and keep little more than half of a healthy cluster's throughput;
+// with it, nearly all. Healthy nodes answer in time and are not behind,
+// so a healthy cluster's throughput is the same with or without it.
 type pace struct {
 	// nodes holds, by node, the number of the newest round judged for it
 	// (shifted left by 2) and how many graces in a row it missed (the low

@@ -118,20 +118,17 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 // A node that is behind (see pace) gets no grace: a node that stays slow
 // costs a grace only until it has missed behindAfter of them.
 //
-// Answering with no grace at all was measured on 2026-11-25 (bench
-// TestThroughput, lockgate-3 and redsync-3, 2 rounds, one run after the
-// other): acquire p50 at C = 1 went from 2.20 to 1.95 × redsync's, and
-// uncontended pairs/s from 0.69 to 0.79 × at C = 16 and 0.76 to 0.90 × at
-// C = 64. It was not kept: late answers then come with nearly every call,
-// so rare paths become routine. A lease id the client chose got a copy
-// with a higher token on the third node whenever its counter had moved
-// (see Redlock.Extend for what that did to If-Match), a follower's first
-// attempt often found the third node not yet granted to the holder (a
-// split vote and a pause), and a release left a copy on a node that went
-// down right after. Each is correct by the rules, but a user sees them.
-// A node that stays slow brings them with every call whether the rounds
-// wait a grace for it or not; waiting only made every call slower (see
-// pace for what was measured).
+// The grace keeps late answers rare, though answering with none would be
+// faster: with no grace, late answers come with nearly every call, and
+// rare paths become routine. A lease id the client chose gets a copy with
+// a higher token on the last node whenever its counter has moved (see
+// Redlock.Extend for what that does to If-Match), a follower's first
+// attempt often finds the last node not yet granted to the holder (a
+// split vote and a pause), and a release leaves a copy on a node that
+// goes down right after. Each is correct by the rules, but a user sees
+// them. A node that stays slow brings them with every call whether the
+// rounds wait a grace for it or not, and waiting for it would only make
+// every call slower: hence pace.
 func (rd *round) until(done func(rd *round) bool) {
 	if !answerAtQuorum {
 		done = nil
@@ -223,29 +220,9 @@ func (rd *round) waiting() bool {
 // answerAtQuorum switches early answers on: acquisitions, hand-offs,
 // extends, releases, fencing write-backs and reads are answered at the
 // first quorum (see until and Redlock.checked). Off, every round hears
-// every node (up to NodeTimeout) and no answer comes late.
-//
-// Its history, all on 2026-11-23. Extends and releases answered early
-// first made the fault suite (package chaos) report "a holder's release
-// answered 404 with about 950 ms of its validity left" (2 of 2 short
-// runs), so they were made to wait for every node; the same report then
-// came with early acquisitions alone, and the switch went off. Both
-// reports were explained:
-//   - the 404: releases sent to a gateway paused for 2 s, which acted on
-//     them after the validity had run out, so "not held" was true. Check A
-//     now excuses exactly that case and logs how often it happened (4
-//     times in a 12-minute run);
-//   - "a lease's first acquire answered 200" (1 run of 22): a waiting
-//     request that joined a queue without trying forgot its retry check's
-//     finding, so a hand-off whose grant was lost, then a round with a
-//     node down, read as a retry. That happened with the switch off too.
-//     It is fixed (testAFailedHandOffLeavesTheNextRoundAFirstGrant).
-//
-// With early acquisitions after the fix, 10 short runs and one 12-minute
-// run, all with -race, passed. Extends, releases and hand-offs were then
-// answered early too, and the fault suite passed with -race in every run
-// since: short runs and 12-minute runs (RELIABILITY.md is one of the
-// latter).
+// every node (up to NodeTimeout) and no answer comes late: the way to
+// tell whether a finding of the fault suite (package chaos) comes from
+// early answers.
 const answerAtQuorum = true
 
 // graceMin is the least time a decided round waits for the nodes still to
