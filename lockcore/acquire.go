@@ -112,8 +112,7 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 //     lateLease): the release may have reached this node before the grant,
 //     so the grant is released.
 func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, res nodeResult) {
-	fresh := req.minted || req.fresh
-	grant := res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
+	grant := grantedLate(req, res)
 	if !req.minted {
 		// A lease id the client chose may be in use by another request at
 		// the same time (a retry through another gateway replica): a copy
@@ -150,6 +149,14 @@ func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, r
 	}
 }
 
+// grantedLate reports whether res, a node's late answer to an acquisition
+// round of req, granted req's lease: a grant, or a re-entry of a lease that
+// held nothing before the request (see AcquireRequest.fresh).
+func grantedLate(req AcquireRequest, res nodeResult) bool {
+	fresh := req.minted || req.fresh
+	return res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
+}
+
 // mayHold reports whether an acquisition round's answers leave room for the
 // lease to have held the lock before it: a quorum of nodes either said it
 // re-entered or did not answer.
@@ -177,11 +184,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 		// The lease held nothing before this request (a minted id, or see
 		// AcquireRequest.fresh): a node that says it re-entered holds a
 		// copy this request made, not an earlier hold.
-		for i := range results {
-			if results[i].err == nil && results[i].reply.Status == StatusReentered {
-				results[i].reply.Status = StatusGranted
-			}
-		}
+		reentriesAsGrants(results)
 	}
 	t := count(results, StatusGranted, StatusReentered)
 	reentered := slices.ContainsFunc(results, func(res nodeResult) bool {
@@ -221,4 +224,14 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
 		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner, minted: req.minted,
 	}, nil
+}
+
+// reentriesAsGrants turns every StatusReentered answer in results into
+// StatusGranted (see settle).
+func reentriesAsGrants(results []nodeResult) {
+	for i := range results {
+		if results[i].err == nil && results[i].reply.Status == StatusReentered {
+			results[i].reply.Status = StatusGranted
+		}
+	}
 }

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // Extend resets a held lock's TTL on a majority of nodes. With IfToken, each
@@ -53,11 +54,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 		// The TTL each node last set; should they differ (an earlier
 		// extend reached only some), the shortest is what the quorum is
 		// sure of.
-		for _, res := range results {
-			if res.err == nil && res.reply.Status == StatusOK && (ttl == 0 || res.reply.TTL < ttl) {
-				ttl = res.reply.TTL
-			}
-		}
+		ttl = shortestTTL(results)
 	}
 	now := r.opt.Clock.Now()
 	validity := r.validity(start, now, ttl)
@@ -67,6 +64,18 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	}
 	return &Lease{Resource: req.Resource, ID: req.LeaseID, Token: token, TTL: ttl,
 		Validity: validity, Expires: now.Add(validity), Reentered: true}, nil
+}
+
+// shortestTTL returns the shortest TTL that the nodes that answered
+// StatusOK last set, or 0 when none did.
+func shortestTTL(results []nodeResult) time.Duration {
+	var ttl time.Duration
+	for _, res := range results {
+		if res.err == nil && res.reply.Status == StatusOK && (ttl == 0 || res.reply.TTL < ttl) {
+			ttl = res.reply.TTL
+		}
+	}
+	return ttl
 }
 
 // tokenHeld counts the nodes that answered StatusOK with token.
@@ -189,6 +198,13 @@ func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx cont
 	if ifToken == 0 || t.ok < r.quorum || t.mismatch == 0 {
 		return results
 	}
+	return r.recallMismatches(ctx, results, call)
+}
+
+// recallMismatches calls the nodes that answered StatusMismatch in results
+// again without the token check, and puts their answers in place of the
+// mismatches (see checked).
+func (r *Redlock) recallMismatches(ctx context.Context, results []nodeResult, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error)) []nodeResult {
 	again := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		if res := results[i]; res.err != nil || res.reply.Status != StatusMismatch {
 			return NodeReply{}, nil // kept as it was

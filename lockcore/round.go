@@ -62,23 +62,14 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 		rd.results, rd.heard = make([]nodeResult, len(r.nodes)), make([]bool, len(r.nodes))
 	}
 	if err := r.guard.ready(ctx); err != nil {
-		for i, n := range r.nodes {
-			rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
-			rd.heard[i] = true
-		}
-		rd.n = len(r.nodes)
+		rd.failAll(r.nodes, err)
 		return rd
 	}
 	for i := range r.nodes {
 		rd.results[i] = nodeResult{i: i, err: r.unheard[i]}
 	}
 	rd.ch = make(chan nodeResult, len(r.nodes))
-	// The calls' deadline: NodeTimeout, or the caller's deadline if sooner.
-	deadline := time.Now().Add(r.opt.NodeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline(ctx, r.opt.NodeTimeout))
 	rd.cancel = cancel
 	if errors.Is(ctx.Err(), context.Canceled) {
 		cancel() // no call of a caller that has left starts
@@ -93,15 +84,41 @@ func (r *Redlock) start(ctx context.Context, fn func(ctx context.Context, i int,
 		r.callers.run(func() {
 			rep, err := fn(cctx, i, n)
 			if err != nil {
-				if isQuarantined(err) {
-					r.guard.suspect(i)
-				}
-				err = &NodeError{Node: n.String(), Err: err}
+				err = r.callError(i, n, err)
 			}
 			rd.ch <- nodeResult{i: i, reply: rep, err: err, at: time.Now()}
 		})
 	}
 	return rd
+}
+
+// callError is what a round's result holds for node i (n) whose call
+// failed with err: a *NodeError, once the guard is told of a node that
+// reports itself quarantined.
+func (r *Redlock) callError(i int, n Node, err error) error {
+	if isQuarantined(err) {
+		r.guard.suspect(i)
+	}
+	return &NodeError{Node: n.String(), Err: err}
+}
+
+// failAll completes the round at once: every node answers err.
+func (rd *round) failAll(nodes []Node, err error) {
+	for i, n := range nodes {
+		rd.results[i] = nodeResult{i: i, err: &NodeError{Node: n.String(), Err: err}}
+		rd.heard[i] = true
+	}
+	rd.n = len(nodes)
+}
+
+// callDeadline is the deadline of a round's calls: timeout from now, or
+// ctx's deadline if sooner.
+func callDeadline(ctx context.Context, timeout time.Duration) time.Time {
+	deadline := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	return deadline
 }
 
 // until reads answers until done reports true of the results so far, or
@@ -156,13 +173,19 @@ func (rd *round) until(done func(rd *round) bool) {
 		case res := <-rd.ch:
 			rd.hear(res, true)
 		case <-grace.C:
-			rd.ranOut = true
-			for i, heard := range rd.heard {
-				if !heard {
-					rd.pace.judge(i, rd.seq, false)
-				}
-			}
+			rd.graceRanOut()
 			return
+		}
+	}
+}
+
+// graceRanOut records that the round's grace ran out: every node unheard
+// then missed it (see pace).
+func (rd *round) graceRanOut() {
+	rd.ranOut = true
+	for i, heard := range rd.heard {
+		if !heard {
+			rd.pace.judge(i, rd.seq, false)
 		}
 	}
 }
