@@ -12,44 +12,37 @@ import (
 
 // The pipe shares round trips among concurrent lock calls to one node. At
 // most pipeWorkers round trips are in flight at once (one slot each). A call
-// that finds a slot free is sent at once by its own goroutine, alone, as
-// before pipelining; otherwise it waits in the pipe, and a worker sends the
+// that finds a slot free is sent at once by its own goroutine, alone, with
+// no pipeline; otherwise it waits in the pipe, and a worker sends the
 // calls waiting there as one pipeline as soon as a slot frees (see
 // pipe.work). go-redis's AutoPipeline batches too, but a command once queued
 // there waits regardless of its caller's deadline, and lockcore needs every
 // node call to end by its deadline.
 //
 // Why a call sends itself when it can, rather than always through a worker:
-// the hand-off to a worker and back is two goroutine wake-ups, which doubled
-// the time of a lone acquire and release on one node (about 210 µs instead
-// of 110 µs per pair, BenchmarkAcquireRelease on a shared 2-CPU machine),
-// while pipelines pay off only when calls wait anyway.
+// the hand-off to a worker and back is two goroutine wake-ups, which about
+// doubles the time of a lone acquire and release on one node, while
+// pipelines pay off only when calls wait anyway.
 const (
 	// pipeWorkers is how many round trips (a call alone or a pipeline) one
 	// node may have in flight at once, and how many workers send
 	// pipelines. One: every call that arrives while a round trip is in
 	// flight joins the next pipeline, sent as soon as it returns, so a
 	// node costs one write and one read per round trip however many calls
-	// wait (up to maxBatch per round trip). Measured on the 2-core bench
-	// machine (bench TestThroughput, uncontended, lockgate over HTTP ÷
-	// redsync in-process in the same run): 1 gave 0.70 at C = 16 and 0.92
-	// at C = 64, 2 gave 0.63 and 0.79, 4 gave 0.54 and 0.79; C = 1 is
-	// unchanged (a lone call always finds the slot free). More round trips
-	// in flight only split the waiting calls into smaller batches on more
-	// connections. A slow node delays only its own calls, and a call
-	// answered by a quorum does not wait for it (package lockcore).
+	// wait (up to maxBatch per round trip). More round trips in flight
+	// only split the waiting calls into smaller batches on more
+	// connections, and lower the throughput under load; a lone call
+	// always finds the slot free. A slow node delays only its own calls,
+	// and a call answered by a quorum does not wait for it (package
+	// lockcore).
 	//
 	// A slow node's calls do queue behind its slow round trips: with its
 	// replies 30 ms late, it serves at most maxBatch calls per 30 ms, and
 	// under load most of its calls end unsent at the node timeout (it then
-	// counts for less while slow). A variant that let up to 4 round trips
-	// be in flight once the newest had been out for 10 ms was measured on
-	// 2026-11-23 (bench TestThroughput, lockgate-3, redsync-3 and
-	// lockgate-3-slow, 2 rounds each, one run after the other): it kept
-	// no more of the throughput with the slow node (uncontended 0.56 of
-	// healthy against 0.66 with one in flight, contended 0.59 against
-	// 0.55) and cost healthy nodes at C = 64 (0.66 of redsync's pairs/s
-	// against 0.77), where loaded round trips pass 10 ms. It was not kept.
+	// counts for less while slow). Letting more round trips be in flight
+	// once the newest has been out for a while does not keep more of the
+	// throughput with a slow node, and costs healthy nodes under load,
+	// whose round trips outlast that while too.
 	pipeWorkers = 1
 	// maxBatch caps the calls of one pipeline: 64 lock scripts are about
 	// 20 KB of request (within one write buffer) and hold the server for
@@ -57,8 +50,8 @@ const (
 	// long.
 	maxBatch = 64
 	// noDeadlineWait bounds a batch for calls that have no deadline (lockcore
-	// always gives one): go-redis's default ReadTimeout, which bounded each
-	// such call before the pipe. go-redis also bounds every socket read and
+	// always gives one): go-redis's default ReadTimeout, which bounds such
+	// a call on a plain connection. go-redis also bounds every socket read and
 	// write by it, so no batch waits longer than this for the server.
 	noDeadlineWait = 5 * time.Second
 )

@@ -1,0 +1,237 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Acquire takes the lock on req.Resource, waiting up to req.Wait while
+// another lease holds it.
+//
+// Errors: *InvalidError (ErrInvalid); *TakenError (ErrTaken) when another
+// lease holds it after the wait; *QuorumError (ErrNoQuorum) when too few
+// nodes answered; ErrTooManyWaiters; ErrClosed; or an error matching
+// ctx.Err() when ctx ended first.
+func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+	if err := r.checkRequest(req.Resource, req.LeaseID, req.TTL, mayMint); err != nil {
+		return nil, err
+	}
+	if req.Wait < 0 || req.Wait > r.opt.MaxWait {
+		return nil, &InvalidError{Field: "wait_ms", Reason: fmt.Sprintf("must be between 0 and %d", r.opt.MaxWait.Milliseconds())}
+	}
+	if !ValidOwner(req.Owner) {
+		return nil, &InvalidError{Field: "owner", Reason: "must be at most 256 printable characters"}
+	}
+	if req.LeaseID == "" {
+		req.LeaseID, req.minted = NewLeaseID(), true
+	}
+	if req.Wait == 0 {
+		lease, err := r.tryAcquire(ctx, &req)
+		return r.handOver(ctx, lease, err)
+	}
+	return r.waits.acquire(ctx, req)
+}
+
+// tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
+// The first round of a request records whether the lease may have held the
+// lock before it (see AcquireRequest.fresh); later rounds of a waiting
+// request keep that.
+func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
+	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
+	r.lates.wait(ctx, req.Resource, req.LeaseID)
+	if req.rounds != nil {
+		req.round = req.rounds.Add(1)
+	}
+	start := r.opt.Clock.Now()
+	na := r.nodeAcquire(*req)
+	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
+	rd.until(func(rd *round) bool { return r.decidedEarly(*req, rd) })
+	if !req.tried {
+		req.tried, req.fresh = true, !r.mayHold(rd.results)
+	}
+	lease, err := r.settle(ctx, *req, start, rd.results)
+	var ll *lateLease
+	if !rd.complete() {
+		ll = r.lates.begin(req.Resource, req.LeaseID)
+		rd.after = func() { r.lates.end(ll) }
+	}
+	rd.rest(func(res nodeResult) { r.lateAcquire(*req, lease, ll, res) })
+	return lease, err
+}
+
+// decidedEarly reports whether the answers heard so far already decide an
+// acquisition round: a quorum granted it, or, for a request that does not
+// wait, a quorum refused it (held by another lease), so the nodes still to
+// answer cannot change the outcome.
+// Their answers are acted on when they come (see lateAcquire). A node that
+// said it re-entered makes the round wait for every node unless the lease
+// is known to have held nothing before the request: whether the lease
+// re-entered depends on every answer (see mayHold).
+func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
+	ok, taken := 0, 0
+	for i, res := range rd.results {
+		if !rd.heard[i] || res.err != nil {
+			continue
+		}
+		switch res.reply.Status {
+		case StatusGranted:
+			ok++
+		case StatusReentered:
+			if !req.minted && !req.fresh {
+				return false
+			}
+			ok++
+		case StatusTaken:
+			taken++
+		}
+	}
+	// A waiting request's refusal waits for every node: a node still to
+	// answer may grant (the lock was released during the round), and the
+	// split vote is what wakes the waiter early, since the release's
+	// announcements can come before its queue listens.
+	// Nor does a refusal of a lease id the client chose: a late grant to it
+	// is left alone (see lateAcquire), and must not outlive the refusal.
+	return ok >= r.quorum || (taken >= r.quorum && !req.Waits() && req.minted)
+}
+
+// lateAcquire acts on a node's answer to an acquisition round that came
+// after the round was decided (see round). For a lease id the client chose,
+// it only raises counters (see the code for why); for a minted one:
+//   - the round granted lease: a node that granted it with a higher token
+//     than the one answered releases that copy (the token was never
+//     answered, and every copy of a lease must carry the token its holder
+//     was given); a node left with a lower counter or token is raised to
+//     the token answered, as catchUp raises the nodes heard; a node that
+//     did not answer is raised too, unless it is quarantined;
+//   - the round failed after all (fencing failed, or the validity ran out):
+//     the late grant is undone as undoAcquire undoes those heard;
+//   - the lease was released through this Redlock meanwhile (ll, see
+//     lateLease): the release may have reached this node before the grant,
+//     so the grant is released.
+func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, res nodeResult) {
+	grant := grantedLate(req, res)
+	if !req.minted {
+		// A lease id the client chose may be in use by another request at
+		// the same time (a retry through another gateway replica): a copy
+		// found late may be that request's, so it is left alone, as
+		// undoAcquire leaves alone a node that did not answer (a copy this
+		// request made there expires with its TTL). Only counters catch up.
+		if lease != nil {
+			r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		}
+		return
+	}
+	if lease == nil {
+		if grant || (res.err != nil && req.minted) {
+			again := make([]bool, len(r.nodes))
+			again[res.i] = true
+			r.undoOn(req, again)
+		}
+		return
+	}
+	switch {
+	case grant && ll.released.Load():
+		// Released meanwhile, maybe before this node granted it. Its
+		// counter still catches up.
+		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
+			return n.Release(ctx, req.Resource, req.LeaseID, 0)
+		})
+	case grant && res.reply.Token > lease.Token:
+		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
+			return n.Release(ctx, req.Resource, req.LeaseID, res.reply.Token)
+		})
+	default:
+		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+	}
+}
+
+// grantedLate reports whether res, a node's late answer to an acquisition
+// round of req, granted req's lease: a grant, or a re-entry of a lease that
+// held nothing before the request (see AcquireRequest.fresh).
+func grantedLate(req AcquireRequest, res nodeResult) bool {
+	fresh := req.minted || req.fresh
+	return res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
+}
+
+// mayHold reports whether an acquisition round's answers leave room for the
+// lease to have held the lock before it: a quorum of nodes either said it
+// re-entered or did not answer.
+func (r *Redlock) mayHold(results []nodeResult) bool {
+	n := 0
+	for _, res := range results {
+		if res.err != nil || res.reply.Status == StatusReentered {
+			n++
+		}
+	}
+	return n >= r.quorum
+}
+
+func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
+	return NodeAcquire{Resource: req.Resource, Lease: req.LeaseID, TTL: req.TTL, Owner: req.Owner,
+		Replica: r.id, Waits: req.Wait > 0}
+}
+
+// settle decides an acquisition from the nodes' answers to it (an Acquire
+// round begun at start, or the grants of a hand-off begun at start): a lease
+// when a quorum granted it within its validity, its token fenced on a
+// quorum; otherwise an error, after undoing what was granted.
+func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Time, results []nodeResult) (*Lease, error) {
+	if req.minted || req.fresh {
+		// The lease held nothing before this request (a minted id, or see
+		// AcquireRequest.fresh): a node that says it re-entered holds a
+		// copy this request made, not an earlier hold.
+		reentriesAsGrants(results)
+	}
+	t := count(results, StatusGranted, StatusReentered)
+	reentered := slices.ContainsFunc(results, func(res nodeResult) bool {
+		return res.err == nil && res.reply.Status == StatusReentered
+	})
+
+	fail := func(err error) (*Lease, error) {
+		r.quorumFailed(err)
+		r.undoAcquire(req, results, reentered)
+		if ctx.Err() != nil {
+			return nil, errors.Join(ctx.Err(), err)
+		}
+		return nil, err
+	}
+
+	if t.ok < r.quorum {
+		switch {
+		case t.answered() < r.quorum:
+			return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: t.causes}))
+		default:
+			return fail(&TakenError{Resource: req.Resource, RetryAfter: t.freeIn(r.quorum), granted: t.ok})
+		}
+	}
+	if t.maxToken <= 0 || t.maxToken > MaxToken {
+		return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(),
+			Causes: []error{fmt.Errorf("lockcore: fencing counter out of range: %d", t.maxToken)}}))
+	}
+	if err := r.fence(ctx, req.Resource, req.LeaseID, t.maxToken, results); err != nil {
+		return fail(err)
+	}
+	now := r.opt.Clock.Now()
+	validity := r.validity(start, now, req.TTL)
+	if validity < MinValidity {
+		return fail(r.noQuorum(&QuorumError{Op: "acquire", Needed: r.quorum, Answered: t.answered(), Causes: []error{ErrValidityExhausted}}))
+	}
+	return &Lease{
+		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
+		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner, minted: req.minted,
+	}, nil
+}
+
+// reentriesAsGrants turns every StatusReentered answer in results into
+// StatusGranted (see settle).
+func reentriesAsGrants(results []nodeResult) {
+	for i := range results {
+		if results[i].err == nil && results[i].reply.Status == StatusReentered {
+			results[i].reply.Status = StatusGranted
+		}
+	}
+}

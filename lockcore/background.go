@@ -1,0 +1,45 @@
+package lockcore
+
+import (
+	"sync"
+)
+
+// background counts the rounds whose late answers are still being acted on
+// (see round.rest). Tests wait on it (export_test.go) before they read the
+// nodes: a round decided at a quorum may leave a node's call under way.
+type background struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while nobody waits
+}
+
+func (b *background) add() {
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+}
+
+func (b *background) done() {
+	b.mu.Lock()
+	if b.n--; b.n == 0 && b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+	b.mu.Unlock()
+}
+
+// wait returns once no round has late answers left to act on: each ends by
+// its calls' deadlines.
+func (b *background) wait() {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	b.mu.Unlock()
+	<-idle
+}

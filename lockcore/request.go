@@ -1,0 +1,210 @@
+package lockcore
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Resource string
+	// LeaseID is the caller's secret for this lease. Empty: a new one is
+	// minted (192 bits from crypto/rand). If the lease already holds the
+	// lock, Acquire refreshes its TTL and returns its token (an idempotent
+	// retry).
+	LeaseID string
+	TTL     time.Duration
+	// Wait is how long to wait for a lock held by another lease; 0 fails at
+	// once with *TakenError.
+	Wait time.Duration
+	// Owner is a free label shown by Inspect.
+	Owner string
+
+	// minted is set when Acquire minted LeaseID: such a lease cannot hold
+	// anything from an earlier request.
+	minted bool
+	// fresh is set when the request's first round showed that the lease did
+	// not hold the lock before the request (see mayHold), or, for a request
+	// that joined a queue without trying, when its retry check found that
+	// the lease holds no quorum (see waitRoom.acquire): a node that says
+	// it re-entered then holds a copy from this request's own earlier round
+	// (whose answer was lost) or a stray minority copy, and the answer is a
+	// new grant. tried is set after the first round.
+	fresh, tried bool
+	// rounds counts a waiting request's rounds (nil for one that does not
+	// wait), and round is the number of the round a copy of the request
+	// belongs to (see superseded).
+	rounds *atomic.Int64
+	round  int64
+}
+
+// superseded reports whether a later round of the request has begun since
+// the round req is a copy of. A clean-up of that round's copies (undoOn,
+// retryUndo) must then stop: the request's lease id is the same in every
+// round, so a release sent for the earlier round would free the later
+// round's grant (the lease would then answer 404 to its holder).
+func (req AcquireRequest) superseded() bool {
+	return req.rounds != nil && req.rounds.Load() != req.round
+}
+
+// Waits reports whether the request may wait for a held lock.
+func (req AcquireRequest) Waits() bool { return req.Wait > 0 }
+
+// Lease is a held lock.
+type Lease struct {
+	Resource string
+	ID       string // the lease id: a secret, never log it
+	Token    int64  // the fencing token
+	TTL      time.Duration
+	// Validity is how long the lock is known to be held from the moment the
+	// answer was produced: TTL minus the time spent minus clock drift; at
+	// least MinValidity.
+	Validity time.Duration
+	// Expires is Now()+Validity on the Redlock's clock.
+	Expires time.Time
+	// Reentered is true when the lease already held the lock (an idempotent
+	// retry) and false for a new holder.
+	Reentered bool
+	Owner     string
+
+	minted bool // the lease id was minted for this acquisition
+}
+
+// ExtendRequest extends a held lock.
+type ExtendRequest struct {
+	Resource string
+	LeaseID  string
+	TTL      time.Duration // 0: the TTL the lock was last set with
+	// IfToken non-zero: fail with ErrTokenMismatch, changing nothing, unless
+	// the lock's token is this; checked by each node in the same step as the
+	// extend (see Redlock.Extend).
+	IfToken int64
+}
+
+// ReleaseRequest releases a held lock.
+type ReleaseRequest struct {
+	Resource string
+	LeaseID  string
+	// IfToken non-zero: fail with ErrTokenMismatch, changing nothing, unless
+	// the lock's token is this; checked by each node in the same step as the
+	// release or hand-off (see Redlock.Release).
+	IfToken int64
+}
+
+// LockInfo describes who holds a lock, without the lease id.
+type LockInfo struct {
+	Resource  string
+	Token     int64
+	Owner     string
+	TTL       time.Duration
+	Remaining time.Duration
+	Expires   time.Time
+}
+
+// nameBytes and leaseBytes mark the bytes a resource name and a lease id
+// may hold. They are checked by a loop over a table rather than a regular
+// expression: every request checks both, and a regexp match costs a
+// visible share of a request's CPU time.
+var nameBytes, leaseBytes = func() (name, lease [256]bool) {
+	for c := range 256 {
+		alnum := 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		lease[c] = alnum || c == '_' || c == '-'
+		name[c] = lease[c] || c == '.' || c == ':'
+	}
+	return name, lease
+}()
+
+// only reports whether s is minLen to maxLen bytes, each allowed by ok.
+func only(s string, minLen, maxLen int, ok *[256]bool) bool {
+	if len(s) < minLen || len(s) > maxLen {
+		return false
+	}
+	for i := range len(s) {
+		if !ok[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidResource reports whether name is a valid resource name: 1 to 200
+// characters of A-Z a-z 0-9 . _ - :
+func ValidResource(name string) bool { return only(name, 1, 200, &nameBytes) }
+
+// ValidLeaseID reports whether id is a valid lease id: 16 to 128 characters
+// of A-Z a-z 0-9 - _
+func ValidLeaseID(id string) bool { return only(id, 16, 128, &leaseBytes) }
+
+// ValidOwner reports whether owner is a valid label: at most 256 printable
+// characters.
+func ValidOwner(owner string) bool {
+	n := 0
+	for _, c := range owner {
+		n++
+		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == 0xfffd {
+			return false
+		}
+	}
+	return n <= 256
+}
+
+// NewLeaseID returns a fresh lease id: 192 bits from crypto/rand, base64url.
+func NewLeaseID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go ≥1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (r *Redlock) checkResource(name string) error {
+	if !ValidResource(name) {
+		return &InvalidError{Field: "resource", Reason: "must be 1 to 200 characters of A-Z a-z 0-9 . _ - :"}
+	}
+	return nil
+}
+
+func checkLease(id string) error {
+	if !ValidLeaseID(id) {
+		return &InvalidError{Field: "lease_id", Reason: "must be 16 to 128 characters of A-Z a-z 0-9 - _"}
+	}
+	return nil
+}
+
+func (r *Redlock) checkTTL(ttl time.Duration) error {
+	if ttl < r.opt.MinTTL || ttl > r.opt.MaxTTL {
+		return &InvalidError{Field: "ttl_ms", Reason: fmt.Sprintf("must be between %d and %d", r.opt.MinTTL.Milliseconds(), r.opt.MaxTTL.Milliseconds())}
+	}
+	return nil
+}
+
+// checkRequest checks the fields that Acquire, Extend and Release share, in
+// one order (resource, lease id, TTL) so that each names the same field
+// first. The lease id must be valid, but may be empty with mayMint (Acquire
+// mints one). The TTL must lie within the bounds, but may be 0 with
+// mayKeepTTL (Extend keeps the TTL last set) and is not looked at with noTTL
+// (Release has none).
+func (r *Redlock) checkRequest(resource, lease string, ttl time.Duration, relax checkFlags) error {
+	if err := r.checkResource(resource); err != nil {
+		return err
+	}
+	if lease != "" || relax&mayMint == 0 {
+		if err := checkLease(lease); err != nil {
+			return err
+		}
+	}
+	if relax&noTTL == 0 && (ttl != 0 || relax&mayKeepTTL == 0) {
+		return r.checkTTL(ttl)
+	}
+	return nil
+}
+
+// checkFlags relax checkRequest.
+type checkFlags int
+
+const (
+	mayMint    checkFlags = 1 << iota // an empty lease id is accepted
+	mayKeepTTL                        // TTL 0 is accepted
+	noTTL                             // the TTL is not checked
+)
