@@ -256,7 +256,11 @@
 //   - The record tells processes apart, not states of one process: a
 //     process that loses data without restarting (DEBUG RELOAD, a partial
 //     RESTORE by hand) keeps its record. A flush removes the record, and
-//     eviction is refused (noeviction is read on every check).
+//     eviction is refused (noeviction is read on every check). A record
+//     in the format of gateways before it existed (no server process
+//     named) is taken over as it is by the first check (redisnode's
+//     upgrade.lua), so a copy restored from before an upgrade is not
+//     caught.
 //   - A quarantine that cannot recover from the other nodes lasts the
 //     largest TTL (default 1h): keep MaxTTL as low as your holders allow,
 //     and run enough nodes that a restarted one finds recoverNeed others in
