@@ -81,9 +81,16 @@ func Start(t testing.TB, opts *Options) *Server {
 		s.args = append(s.args, "--appendonly", "no")
 	}
 	s.args = append(s.args, opts.Args...)
+	s.start(t)
+	return s
+}
 
+// start launches s on a free port, trying another port when one was taken
+// meanwhile, and kills it when the test ends.
+func (s *Server) start(t testing.TB) {
+	t.Helper()
 	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
+	for range 5 {
 		port, err := freePort()
 		if err != nil {
 			t.Fatalf("redistest: no free port: %v", err)
@@ -91,11 +98,10 @@ func Start(t testing.TB, opts *Options) *Server {
 		s.port = port
 		if lastErr = s.launch(); lastErr == nil {
 			t.Cleanup(s.proc.Kill)
-			return s
+			return
 		}
 	}
 	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
-	return nil
 }
 
 // StartSentinel launches a Redis Sentinel (redis-server --sentinel) on a
@@ -109,20 +115,8 @@ func StartSentinel(t testing.TB, master *Server, name string) *Server {
 		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 3000\n", name, master.port, name, name)
 	s.args = []string{"--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
 		"--logfile", "sentinel.log", "--dir", s.dir}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: no free port: %v", err)
-		}
-		s.port = port
-		if lastErr = s.launch(); lastErr == nil {
-			t.Cleanup(s.proc.Kill)
-			return s
-		}
-	}
-	t.Fatalf("redistest: redis-server --sentinel did not start: %v", lastErr)
-	return nil
+	s.start(t)
+	return s
 }
 
 // StartN starts n independent servers.

@@ -35,6 +35,14 @@ func lossRedlock(t *testing.T, srvs []*redistest.Server, protect bool) *lockcore
 // lossRedlockAt is lossRedlock over Redis URLs (a proxy's, say).
 func lossRedlockAt(t *testing.T, urls []string, protect bool) *lockcore.Redlock {
 	t.Helper()
+	return gatewayOver(t, urls, protect, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond,
+		MaxTTL: lossMaxTTL, CheckInterval: 20 * time.Millisecond}, nil)
+}
+
+// gatewayOver is a gateway replica over urls with opts, protected or not,
+// with node i wrapped by wrap if it is not nil; closed when t ends.
+func gatewayOver(t *testing.T, urls []string, protect bool, opts *lockcore.Options, wrap func(int, *redisnode.Node) lockcore.Node) *lockcore.Redlock {
+	t.Helper()
 	nodes := make([]lockcore.Node, len(urls))
 	for i, u := range urls {
 		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: !protect})
@@ -43,9 +51,12 @@ func lossRedlockAt(t *testing.T, urls []string, protect bool) *lockcore.Redlock 
 		}
 		t.Cleanup(func() { n.Close() })
 		nodes[i] = n
+		if wrap != nil {
+			nodes[i] = wrap(i, n)
+		}
 	}
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond,
-		MaxTTL: lossMaxTTL, CheckInterval: 20 * time.Millisecond, UnsafeNoLossProtection: !protect})
+	opts.UnsafeNoLossProtection = !protect
+	rl, err := lockcore.New(nodes, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,26 +39,7 @@ func recoverOptions() *lockcore.Options {
 // node i wrapped by wrap if it is not nil.
 func recoverGateway(t *testing.T, urls []string, protect bool, wrap func(int, *redisnode.Node) lockcore.Node) *lockcore.Redlock {
 	t.Helper()
-	nodes := make([]lockcore.Node, len(urls))
-	for i, u := range urls {
-		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: !protect})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		nodes[i] = n
-		if wrap != nil {
-			nodes[i] = wrap(i, n)
-		}
-	}
-	opts := recoverOptions()
-	opts.UnsafeNoLossProtection = !protect
-	rl, err := lockcore.New(nodes, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rl.Close)
-	return rl
+	return gatewayOver(t, urls, protect, recoverOptions(), wrap)
 }
 
 func urlsOf(srvs []*redistest.Server) []string {
