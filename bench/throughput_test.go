@@ -320,19 +320,7 @@ func lgRelease(do func(*http.Request) (int, http.Header, error), url, lease stri
 }
 
 func (p *lockgatePeer) pairer(tb testing.TB, i int) func(context.Context, *pair) error {
-	do := lgClient(tb)
-	url := p.srv.URL + "/locks/u-" + strconv.Itoa(i)
-	return func(ctx context.Context, pr *pair) error {
-		lease, err := lgAcquire(ctx, do, url, `{"ttl_ms":10000}`)
-		pr.got = time.Now()
-		if err != nil {
-			return err
-		}
-		pr.ok = true
-		err = lgRelease(do, url, lease)
-		pr.released = time.Now()
-		return err
-	}
+	return pairerAt(tb, p.srv.URL+"/locks/u-"+strconv.Itoa(i))
 }
 
 func (p *redsyncPeer) pairer(_ testing.TB, i int) func(context.Context, *pair) error {

@@ -178,7 +178,8 @@ func (g *gatewayProcess) contender(tb testing.TB, _ int) func(context.Context, *
 
 func (g *gatewayProcess) close() {}
 
-// pairerAt acquires and releases url, as lockgatePeer.pairer does.
+// pairerAt acquires and releases url, one pair per call, timing both
+// answers (lockgatePeer.pairer and TestUIOverhead use it).
 func pairerAt(tb testing.TB, url string) func(context.Context, *pair) error {
 	do := lgClient(tb)
 	return func(ctx context.Context, pr *pair) error {

@@ -199,11 +199,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := walkthrough.Docs(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := walkthrough.Load(root, docs...)
+	ws, err := walkthrough.LoadDocs(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,6 +103,15 @@ func Load(root string, docs ...string) ([]Walkthrough, error) {
 	return all, nil
 }
 
+// LoadDocs is Load of every document Docs names.
+func LoadDocs(root string) ([]Walkthrough, error) {
+	docs, err := Docs(root)
+	if err != nil {
+		return nil, err
+	}
+	return Load(root, docs...)
+}
+
 // Docs returns README.md and every docs/*.md under root, the documents
 // whose walkthroughs the tests paste.
 func Docs(root string) ([]string, error) {
