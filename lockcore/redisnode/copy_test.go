@@ -111,3 +111,51 @@ func TestACopyTakenDuringAQuarantineDoesNotShortenTheNextOne(t *testing.T) {
 		})
 	}
 }
+
+// TestACopyOfAQuarantineIsQuarantinedAnew: a quarantine counts only for the
+// server process it was begun for (qrid). A is quarantined (restarted
+// empty, node 2 paused so it cannot recover), a copy of its data is taken,
+// it recovers, grants L (on A and node 2; node 1's link is cut) and comes
+// back from the copy while node 2 is paused again: it cannot recover, and
+// the copy carries a quarantine begun long enough ago to be over. Taken as
+// A's quarantine, it would put A in service at once without L, and A and
+// node 1 would grant L again while it is valid.
+func TestACopyOfAQuarantineIsQuarantinedAnew(t *testing.T) {
+	srvs := redistest.StartN(t, 3, &redistest.Options{AOF: true})
+	a, b := srvs[0], srvs[2]
+	var cut atomic.Bool
+	// L lives 4 s: long enough for a repair at the end of the copy's
+	// quarantine to finish while L is valid, were that quarantine taken.
+	const maxTTL = 4 * time.Second
+	opts := &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond,
+		MaxTTL: maxTTL, CheckInterval: 20 * time.Millisecond}
+	rl := gatewayCutOff(t, srvs, opts, &cut)
+	ctx := context.Background()
+	cycle(t, rl, "warm")
+	b.Pause()
+	restartEmpty(t, a)
+	waitUntil(t, "A quarantined, marks done", func() bool { h := health(t, a); return h.Quarantined && !h.Lost })
+	old := copyAOF(t, a)
+	copied := time.Now()
+	b.Resume()
+	waitUntil(t, "A recovered", func() bool { return inService(health(t, a)) })
+	// The copy's quarantine is to look over by the time A is back to it.
+	time.Sleep(time.Until(copied.Add(2 * maxTTL)))
+
+	cut.Store(true)
+	l := acquireWithin(t, rl, lockcore.AcquireRequest{Resource: "r", TTL: maxTTL}, 3*time.Second)
+	cut.Store(false)
+	until := time.Now().Add(l.Validity)
+	b.Pause()
+	defer b.Resume()
+	restoreAOF(t, a, old)
+	for time.Now().Before(until) {
+		l2, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "r", TTL: 400 * time.Millisecond})
+		if err == nil && time.Now().Before(until) {
+			t.Fatalf("L (token %d) still valid for %v, yet granted %+v by A (back to a copy of a quarantine) and node 1",
+				l.Token, time.Until(until), l2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("A after L's validity: %+v; %+v", health(t, a), rl.NodeReports()[0])
+}
