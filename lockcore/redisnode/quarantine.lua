@@ -13,9 +13,9 @@
 -- are marked next, by mark.lua, then qdone.lua sets it) and boot. Sets
 -- qepoch to ARGV[1], so that a repair decided before does not put the node
 -- back in service (repair.lua, serve.lua) and an earlier quarantine does
--- not set qdone for this one's marks (qdone.lua). Lifts the beat (see
--- lift.lua). Returns qsince.
-local now = lift(KEYS[1])
+-- not set qdone for this one's marks (qdone.lua). Returns qsince.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local q = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'init', '1', 'qsince', q, 'qrid', ARGV[2])
 redis.call('HDEL', KEYS[1], 'qdone', 'boot', 'rid')

@@ -115,11 +115,9 @@ var (
 	//go:embed check.lua
 	checkLua    string
 	checkScript = redis.NewScript(checkLua)
-	//go:embed lift.lua
-	liftLua string
 	//go:embed quarantine.lua
 	quarantineLua    string
-	quarantineScript = redis.NewScript(liftLua + quarantineLua)
+	quarantineScript = redis.NewScript(quarantineLua)
 	//go:embed boot.lua
 	bootLua    string
 	bootScript = redis.NewScript(bootLua)
@@ -131,7 +129,7 @@ var (
 	qdoneScript = redis.NewScript(qdoneLua)
 	//go:embed serve.lua
 	serveLua    string
-	serveScript = redis.NewScript(liftLua + serveLua)
+	serveScript = redis.NewScript(serveLua)
 	//go:embed repair.lua
 	repairLua    string
 	repairScript = redis.NewScript(repairLua)

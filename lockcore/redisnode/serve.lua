@@ -9,13 +9,12 @@
 -- marked again, or it lost its data), it changes nothing and returns 0: a
 -- quarantine's marks stand, and so does its start. Otherwise it sets init,
 -- rid = ARGV[2] and fmt = ARGV[3], clears qsince, qrid, qdone and boot,
--- lifts the beat (see lift.lua) and returns 1. A process other than ARGV[2]
+-- returns 1. A process other than ARGV[2]
 -- that holds this data (it restarted meanwhile, from whatever copy) is not
 -- the one named by rid, and is recovered again before it serves.
 if redis.call('HGET', KEYS[1], 'qepoch') ~= ARGV[1] then
   return 0
 end
-lift(KEYS[1])
 redis.call('HSET', KEYS[1], 'init', '1', 'rid', ARGV[2], 'fmt', ARGV[3])
 redis.call('HDEL', KEYS[1], 'qsince', 'qdone', 'boot', 'qrid')
 return 1
