@@ -107,9 +107,23 @@ func staleBootstrapAt(t *testing.T, pick func([]redis.Cmder) bool, bInterval tim
 	var b *lockcore.Redlock
 	var held *lockcore.Lease
 	var cut atomic.Bool
+	// A works on the nodes in parallel. Its same step on nodes 0 and 1
+	// waits for B's steps too, so B meets the cluster the scenario
+	// describes however the goroutines are scheduled.
+	bDone := make(chan struct{})
 	a := gatewayWith(t, srvs, opts(time.Hour), func(i int, n *redisnode.Node) lockcore.Node {
+		if i != 2 {
+			n.Client().AddHook(&hooks{pick: pick, before: func() {
+				select {
+				case <-bDone:
+				case <-time.After(20 * time.Second):
+					t.Error("B's steps did not end")
+				}
+			}})
+		}
 		if i == 2 {
 			n.Client().AddHook(&hooks{pick: pick, before: func() {
+				defer close(bDone)
 				b = gatewayCutOff(t, srvs, opts(bInterval), &cut)
 				if err := b.Ready(ctx); err != nil {
 					t.Error("B ready:", err)
