@@ -94,18 +94,23 @@ func (n *Node) getHub() *hub {
 		return nil
 	}
 	if n.hub == nil {
-		h := &hub{
-			ps:     n.rdb.Subscribe(context.Background()),
-			chans:  map[string]*hubChan{},
-			subs:   map[string]*hubSub{},
-			queued: make(chan struct{}, 1),
-			done:   make(chan struct{}),
-		}
-		go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
-		go h.send()
-		n.hub = h
+		n.hub = newHub(n.rdb.Subscribe(context.Background()))
 	}
 	return n.hub
+}
+
+// newHub starts a hub on the pub/sub connection ps.
+func newHub(ps *redis.PubSub) *hub {
+	h := &hub{
+		ps:     ps,
+		chans:  map[string]*hubChan{},
+		subs:   map[string]*hubSub{},
+		queued: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+	go h.send()
+	return h
 }
 
 // close ends send, fails the watches still waiting, and closes the pub/sub
@@ -254,6 +259,11 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(
 	if h == nil {
 		return nil, errNodeClosed
 	}
+	return h.watch(ctx, resource, notify)
+}
+
+// watch is Watch on h's connection.
+func (h *hub) watch(ctx context.Context, resource string, notify func()) (func(), error) {
 	channel := releasedKey(resource)
 	w := &watch{notify: notify}
 

@@ -1,0 +1,415 @@
+package redisnode
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// clusterShard is one primary of a Cluster node as Check saw it.
+type clusterShard struct {
+	addr  string
+	first int // the lowest slot it serves
+}
+
+// clusterShards reads, from the Cluster, which primary serves which slots,
+// and fails unless every slot has one.
+func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error) {
+	slots, err := c.cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, timedOut(ctx, err)
+	}
+	first := map[string]int{}
+	served := 0
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		a := r.Nodes[0].Addr
+		if f, ok := first[a]; !ok || r.Start < f {
+			first[a] = r.Start
+		}
+		served += r.End - r.Start + 1
+	}
+	if served != lockcore.FenceSlots {
+		return nil, fmt.Errorf("redisnode: the Cluster serves %d of %d slots", served, lockcore.FenceSlots)
+	}
+	out := make([]clusterShard, 0, len(first))
+	for a, f := range first {
+		out = append(out, clusterShard{addr: a, first: f})
+	}
+	slices.SortFunc(out, func(a, b clusterShard) int { return a.first - b.first })
+	return out, nil
+}
+
+// shard returns this node's own client of the primary at addr (used by
+// Check alone, with go-redis's defaults but no retries).
+func (c *ClusterNode) shard(addr string) *redis.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.shards[addr]
+	if s == nil {
+		s = redis.NewClient(&redis.Options{Addr: addr, Username: c.opt.Username, Password: c.opt.Password,
+			TLSConfig: c.opt.TLSConfig, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+			DisableIdentity: true, PoolSize: 2})
+		c.shards[addr] = s
+	}
+	return s
+}
+
+// beatKey is the key a Check writes on a shard, in the shard's lowest
+// slot, so that a shard that refuses writes shows.
+func beatKey(slot int) string { return "lockgate:{" + lockcore.SlotTag(slot) + "}:beat" }
+
+// shardProbe is what Check read from one primary.
+type shardProbe struct {
+	runID, refusing string
+}
+
+// probeShard reads one primary's INFO and writes its beat key; refusing
+// says why it may not serve ("" when it may).
+func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardProbe, error) {
+	s := c.shard(sh.addr)
+	pipe := s.Pipeline()
+	inf := pipe.Info(ctx, "server", "memory", "replication")
+	beat := pipe.HIncrBy(ctx, beatKey(sh.first), "beat", 1)
+	_, _ = pipe.Exec(ctx)
+	if err := inf.Err(); err != nil {
+		return shardProbe{}, timedOut(ctx, err)
+	}
+	info := inf.Val()
+	p := shardProbe{runID: infoString(info, "run_id")}
+	if role := infoString(info, "role"); role != "master" {
+		return p, fmt.Errorf("redisnode: %s is a %s, no longer a primary (the Cluster is failing over)", sh.addr, role)
+	}
+	switch err := beat.Err(); {
+	case refusalReason(err) != "":
+		p.refusing = sh.addr + ": " + refusalReason(err)
+	case full(info, memoryReserve):
+		p.refusing = sh.addr + ": out of memory"
+	case infoString(info, "maxmemory_policy") != "noeviction":
+		p.refusing = fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", sh.addr, infoString(info, "maxmemory_policy"))
+	case err != nil && !notRun(err):
+		return p, timedOut(ctx, err)
+	}
+	return p, nil
+}
+
+// Check implements lockcore.Node for a Cluster: it reads which primaries
+// serve the slots, probes each (INFO, and a write in a slot it serves),
+// and judges the meta hash (check.lua, on its shard) as Node.Check does,
+// with the set of the primaries' run ids as the server process: a
+// shard's restart or failover, a new shard, or a shard gone, each make a
+// set the record does not name, and the node is lost until it recovers.
+// A reshard between the same primaries changes nothing. A shard that
+// refuses writes, is full or may evict makes the node refuse; an evicting
+// shard also removes the record, as for Node.
+func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
+	c.checkMu.Lock()
+	defer c.checkMu.Unlock()
+	c.cc.ReloadState(ctx) // routes follow the slots soon after a failover
+	shards, err := c.clusterShards(ctx)
+	if err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	ids := map[string]bool{}
+	refusing := ""
+	for _, sh := range shards {
+		p, err := c.probeShard(ctx, sh)
+		if err != nil {
+			return lockcore.NodeHealth{}, err
+		}
+		ids[p.runID] = true
+		if refusing == "" {
+			refusing = p.refusing
+		}
+	}
+	res, err := c.cc.Eval(ctx, checkLua, []string{metaKey}).Result()
+	if refusing == "" && refusalReason(err) != "" {
+		refusing = "meta shard: " + refusalReason(err)
+	}
+	if refusing != "" {
+		if strings.Contains(refusing, "evicts keys") {
+			if err := c.cc.HDel(ctx, metaKey, "rid").Err(); err != nil {
+				return lockcore.NodeHealth{}, timedOut(ctx, err)
+			}
+		}
+		c.record(ids, false, refusing)
+		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
+	}
+	if err != nil {
+		return lockcore.NodeHealth{}, timedOut(ctx, err)
+	}
+	v, err := parseCheck(res)
+	if err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	if v.format > dataFormat {
+		refusing = fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
+		c.record(ids, false, refusing)
+		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
+	}
+	h := judge(v, idSet(ids))
+	c.mu.Lock()
+	h.Lost = h.Lost || (!h.Initialized && c.seenInit)
+	c.seenInit = c.seenInit || h.Initialized
+	c.mu.Unlock()
+	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "")
+	return h, nil
+}
+
+// record remembers the primaries the last Check found and whether the
+// node may serve.
+func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids, c.refusing = ids, refusing
+	c.trusted.Store(trusted)
+}
+
+// runIDs reads the run id of every primary that serves slots now.
+func (c *ClusterNode) runIDs(ctx context.Context) (map[string]bool, error) {
+	shards, err := c.clusterShards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, sh := range shards {
+		info, err := c.shard(sh.addr).Info(ctx, "server", "replication").Result()
+		if err != nil {
+			return nil, timedOut(ctx, err)
+		}
+		if infoString(info, "role") != "master" {
+			return nil, fmt.Errorf("redisnode: %s is no longer a primary (the Cluster is failing over)", sh.addr)
+		}
+		ids[infoString(info, "run_id")] = true
+	}
+	return ids, nil
+}
+
+// newEpoch returns a new epoch for this node: a sequence number from the
+// meta hash (cseq.lua: later calls get greater ones, whatever gateway
+// makes them) and a random id.
+func (c *ClusterNode) newEpoch(ctx context.Context) (string, error) {
+	seq, err := cseqScript.Run(ctx, c.cc, []string{metaKey}).Text()
+	if err != nil {
+		return "", timedOut(ctx, err)
+	}
+	return seq + "-" + lockcore.NewLeaseID(), nil
+}
+
+// markAll runs cmark.lua on every slot, pipelined (go-redis follows the
+// slots; a mark sent twice changes nothing more).
+func (c *ClusterNode) markAll(ctx context.Context, epoch, mode string) error {
+	return c.evalSlots(ctx, cmarkScript, func(i int) ([]string, []any) {
+		return []string{slotKeys[i]}, []any{epoch, mode}
+	}, nil)
+}
+
+// evalSlots runs script s once per slot with the keys and ARGV that args
+// gives, in one Cluster pipeline (by EVALSHA, after loading it on every
+// shard), and passes each reply to check when it is not nil.
+func (c *ClusterNode) evalSlots(ctx context.Context, s *redis.Script, args func(i int) ([]string, []any), check func(v any) error) error {
+	if err := c.cc.ScriptLoad(ctx, scriptText(s)).Err(); err != nil {
+		return timedOut(ctx, err)
+	}
+	pipe := c.cc.Pipeline()
+	cmds := make([]*redis.Cmd, lockcore.FenceSlots)
+	for i := range cmds {
+		keys, argv := args(i)
+		cmds[i] = pipe.EvalSha(ctx, s.Hash(), keys, argv...)
+	}
+	if err := execAll(ctx, pipe); err != nil {
+		return timedOut(ctx, err)
+	}
+	if check == nil {
+		return nil
+	}
+	for _, cmd := range cmds {
+		if err := check(cmd.Val()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterScripts maps the hash of each script evalSlots runs to its text.
+var clusterScripts = map[string]string{
+	cmarkScript.Hash():  cmarkLua,
+	repairScript.Hash(): repairLua,
+	adoptScript.Hash():  adoptLua,
+}
+
+func scriptText(s *redis.Script) string { return clusterScripts[s.Hash()] }
+
+// Quarantine implements lockcore.Node for a Cluster. The slots are marked
+// first, each with the quarantine's epoch (cmark.lua: a slot's hash
+// carries the epoch, since a Cluster script cannot read the meta hash in
+// another slot), then the meta hash records the quarantine
+// (quarantine.lua, for the set of primaries that answer now), then that
+// every slot is marked (qdone.lua). Epochs grow (cseq.lua) and a slot's
+// epoch never goes back, so a repair decided on an earlier epoch changes
+// no slot this quarantine marked.
+func (c *ClusterNode) Quarantine(ctx context.Context) error {
+	c.trusted.Store(false)
+	ids, err := c.runIDs(ctx)
+	if err != nil {
+		return err
+	}
+	epoch, err := c.newEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.markAll(ctx, epoch, "q"); err != nil {
+		return err
+	}
+	if err := quarantineScript.Run(ctx, c.cc, []string{metaKey}, epoch, idSet(ids)).Err(); err != nil {
+		return timedOut(ctx, err)
+	}
+	return timedOut(ctx, qdoneScript.Run(ctx, c.cc, []string{metaKey}, epoch).Err())
+}
+
+// MarkInitializing implements lockcore.Node for a Cluster: boot.lua on the
+// meta hash, naming the set of primaries, then a bootstrap mark with the
+// returned epoch on every slot that has no hash yet (cmark.lua), so that
+// Repair, which acts on a slot only while it carries the repair's epoch,
+// can initialize it.
+func (c *ClusterNode) MarkInitializing(ctx context.Context) (string, error) {
+	ids, err := c.runIDs(ctx)
+	if err != nil {
+		return "", err
+	}
+	fresh, err := c.newEpoch(ctx)
+	if err != nil {
+		return "", err
+	}
+	epoch, err := bootScript.Run(ctx, c.cc, []string{metaKey}, fresh, idSet(ids)).Text()
+	if err != nil || epoch == "" {
+		return "", timedOut(ctx, err)
+	}
+	if err := c.markAll(ctx, epoch, "b"); err != nil {
+		return "", err
+	}
+	return epoch, nil
+}
+
+// Counters implements lockcore.Node for a Cluster, as Node.Counters.
+func (c *ClusterNode) Counters(ctx context.Context) ([]int64, error) {
+	if !c.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
+	}
+	pipe := c.cc.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(slotKeys))
+	for i, k := range slotKeys {
+		cmds[i] = pipe.HMGet(ctx, k, "n", "q")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, timedOut(ctx, err)
+	}
+	out := make([]int64, len(cmds))
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		if len(v) != 2 || v[1] != nil {
+			return nil, lockcore.ErrQuarantined
+		}
+		s, ok := v[0].(string)
+		if !ok {
+			return nil, lockcore.ErrQuarantined
+		}
+		var err error
+		if out[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return nil, fmt.Errorf("redisnode: counter of slot %d is %q: %w", i, s, err)
+		}
+	}
+	if !c.trusted.Load() {
+		return nil, lockcore.ErrQuarantined
+	}
+	return out, nil
+}
+
+// AdoptLocks implements lockcore.Adopter for a Cluster with adopt.lua,
+// whose epoch check reads the lock's slot counter hash (the slot's epoch,
+// see Quarantine) instead of the meta hash.
+func (c *ClusterNode) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch string) error {
+	if len(locks) == 0 {
+		return nil
+	}
+	if err := c.cc.ScriptLoad(ctx, adoptLua).Err(); err != nil {
+		return timedOut(ctx, err)
+	}
+	pipe := c.cc.Pipeline()
+	cmds := make([]*redis.Cmd, len(locks))
+	for i, l := range locks {
+		cmds[i] = pipe.EvalSha(ctx, adoptScript.Hash(), []string{lockKey(l.Resource), tokensKey(l.Resource)}, epoch, l.Lease,
+			strconv.FormatInt(l.Token, 10), l.Owner, ms(l.TTL), ms(max(l.Remaining, time.Millisecond)))
+	}
+	if err := execAll(ctx, pipe); err != nil {
+		return timedOut(ctx, err)
+	}
+	for _, cmd := range cmds {
+		if v, _ := cmd.Int64(); v != 1 {
+			return lockcore.ErrNodeChanged
+		}
+	}
+	return nil
+}
+
+// Repair implements lockcore.Node for a Cluster: repair.lua on every slot
+// with the slot's own hash as the epoch's holder (it acts only while the
+// slot carries epoch, set by the quarantine or bootstrap mark the repair
+// was decided on), then serve.lua on the meta hash (only while its epoch
+// is epoch), naming the set of primaries read before the first write. The
+// node is trusted at once only if the same primaries answer afterwards.
+func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) error {
+	if len(floor) != lockcore.FenceSlots {
+		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
+	}
+	ids, err := c.runIDs(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := c.cc.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
+	if err != nil {
+		return timedOut(ctx, err)
+	}
+	if s, _ := v[2].(string); epoch == "" || s != epoch {
+		return lockcore.ErrNodeChanged
+	}
+	if v[0] != nil && v[1] == nil {
+		return ErrQuarantining
+	}
+	changed := func(v any) error {
+		if n, _ := v.(int64); n != 1 {
+			return lockcore.ErrNodeChanged
+		}
+		return nil
+	}
+	err = c.evalSlots(ctx, repairScript, func(i int) ([]string, []any) {
+		return []string{slotKeys[i], slotKeys[i]}, []any{strconv.FormatInt(floor[i], 10), epoch}
+	}, changed)
+	if err != nil {
+		return err
+	}
+	switch served, err := serveScript.Run(ctx, c.cc, []string{metaKey}, epoch, idSet(ids), dataFormat).Int64(); {
+	case err != nil:
+		return timedOut(ctx, err)
+	case served != 1:
+		return lockcore.ErrNodeChanged
+	}
+	after, err := c.runIDs(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seenInit = true
+	if err == nil && idSet(after) == idSet(ids) {
+		c.ids, c.refusing = ids, ""
+		c.trusted.Store(true)
+	}
+	return nil
+}
