@@ -109,6 +109,9 @@ type ClusterNode struct {
 	// found a loss and by a new connection to a primary that the last
 	// Check did not find.
 	trusted atomic.Bool
+	// resent counts lock scripts sent again after a Cluster answered that
+	// they did not run (see evalOnce).
+	resent atomic.Int64
 
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
@@ -252,6 +255,7 @@ func (c *ClusterNode) evalOnce(ctx context.Context, s *redis.Script, keys []stri
 		case !notRun(err):
 			return nil, err
 		}
+		c.resent.Add(1)
 		t := time.NewTimer(min(time.Duration(attempt)*clusterRetryWait, 50*time.Millisecond))
 		select {
 		case <-ctx.Done():
