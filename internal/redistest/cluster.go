@@ -44,7 +44,7 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 			"--maxmemory-policy", "noeviction", "--appendonly", "no",
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
-			"--cluster-replica-validity-factor", "0"}
+			"--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"}
 		s.startCluster(t)
 		c.Servers = append(c.Servers, s)
 	}
@@ -57,7 +57,23 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
 	c.WaitStable()
+	c.waitReplicas()
 	return c
+}
+
+// waitReplicas waits (up to 20 s) until every replica has its first copy
+// of its primary's data and a live link to it.
+func (c *Cluster) waitReplicas() {
+	c.t.Helper()
+	for _, s := range c.Servers {
+		deadline := time.Now().Add(20 * time.Second)
+		for s.Info("role") == "slave" && (s.Info("master_link_status") != "up" || s.Info("master_sync_in_progress") != "0") {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("redistest: replica %s not in sync after 20s", s.Addr())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // startCluster is start for a cluster server: its port and port+10000 (the

@@ -119,9 +119,11 @@ type ClusterNode struct {
 	// refusing is why the last Check found the node refusing, or "".
 	refusing string
 	seenInit bool
-	shards   map[string]*redis.Client // per primary address, for Check
-	hub      *hub
-	closed   bool
+	shards   map[string]*redis.Client // per address, for Check and listing
+	// lastPrimaries are the primaries' addresses the last slot map named.
+	lastPrimaries []string
+	hub           *hub
+	closed        bool
 }
 
 var (
@@ -159,17 +161,24 @@ func NewCluster(rawURL string) (*ClusterNode, error) {
 	return c, nil
 }
 
+// errReplicaConn is what a connection to a replica fails with (see
+// onConnect).
+var errReplicaConn = errors.New("redisnode: not a primary; lock scripts go to primaries only")
+
 // onConnect runs on every new connection: a primary whose process the
 // last Check did not find (a replica promoted, a restarted primary) makes
-// the node untrusted until the next Check. A replica's connection serves
-// no lock script (a replica answers MOVED), so its process is not judged.
+// the node untrusted until the next Check. A connection to a replica is
+// refused: it would serve no lock script, and once its server is
+// promoted, a pooled connection would carry lock scripts to a process
+// that no check and no new connection judged. go-redis then reads the
+// Cluster's routes from another node.
 func (c *ClusterNode) onConnect(ctx context.Context, cn *redis.Conn) error {
 	info, err := cn.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return timedOut(ctx, err)
 	}
 	if infoString(info, "role") != "master" {
-		return nil
+		return errReplicaConn
 	}
 	id := infoString(info, "run_id")
 	c.mu.Lock()
@@ -253,6 +262,14 @@ func (c *ClusterNode) evalOnce(ctx context.Context, s *redis.Script, keys []stri
 			sha = false
 			continue
 		case !notRun(err):
+			var re redis.Error
+			if !errors.As(err, &re) {
+				// A dead or unreachable primary: not sent again (the
+				// script may have run), but the routes are read again
+				// so that the next call finds the replica that takes
+				// over, without waiting for the next Check.
+				c.cc.ReloadState(ctx)
+			}
 			return nil, err
 		}
 		c.resent.Add(1)

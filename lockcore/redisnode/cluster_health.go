@@ -22,9 +22,9 @@ type clusterShard struct {
 // clusterShards reads, from the Cluster, which primary serves which slots,
 // and fails unless every slot has one.
 func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error) {
-	slots, err := c.cc.ClusterSlots(ctx).Result()
+	slots, err := c.slotMap(ctx)
 	if err != nil {
-		return nil, timedOut(ctx, err)
+		return nil, err
 	}
 	first := map[string]int{}
 	served := 0
@@ -46,7 +46,33 @@ func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error)
 		out = append(out, clusterShard{addr: a, first: f})
 	}
 	slices.SortFunc(out, func(a, b clusterShard) int { return a.first - b.first })
+	c.mu.Lock()
+	c.lastPrimaries = c.lastPrimaries[:0]
+	for _, sh := range out {
+		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
+	}
+	c.mu.Unlock()
 	return out, nil
+}
+
+// slotMap reads CLUSTER SLOTS from the first node that answers: the
+// primaries last seen, then the URL's addresses. It uses this node's own
+// clients (see shard), since the cluster client refuses replicas.
+func (c *ClusterNode) slotMap(ctx context.Context) ([]redis.ClusterSlot, error) {
+	c.mu.Lock()
+	addrs := slices.Clone(c.lastPrimaries)
+	c.mu.Unlock()
+	var err error
+	for _, a := range append(addrs, c.opt.Addrs...) {
+		var slots []redis.ClusterSlot
+		if slots, err = c.shard(a).ClusterSlots(ctx).Result(); err == nil {
+			return slots, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, timedOut(ctx, err)
 }
 
 // shard returns this node's own client of the primary at addr (used by
@@ -217,8 +243,8 @@ func (c *ClusterNode) markAll(ctx context.Context, epoch, mode string) error {
 // gives, in one Cluster pipeline (by EVALSHA, after loading it on every
 // shard), and passes each reply to check when it is not nil.
 func (c *ClusterNode) evalSlots(ctx context.Context, s *redis.Script, args func(i int) ([]string, []any), check func(v any) error) error {
-	if err := c.cc.ScriptLoad(ctx, scriptText(s)).Err(); err != nil {
-		return timedOut(ctx, err)
+	if err := c.loadScript(ctx, scriptText(s)); err != nil {
+		return err
 	}
 	pipe := c.cc.Pipeline()
 	cmds := make([]*redis.Cmd, lockcore.FenceSlots)
@@ -238,6 +264,14 @@ func (c *ClusterNode) evalSlots(ctx context.Context, s *redis.Script, args func(
 		}
 	}
 	return nil
+}
+
+// loadScript loads src into every primary's script cache (go-redis's
+// ScriptLoad would also connect to the replicas, see onConnect).
+func (c *ClusterNode) loadScript(ctx context.Context, src string) error {
+	return timedOut(ctx, c.cc.ForEachMaster(ctx, func(ctx context.Context, s *redis.Client) error {
+		return s.ScriptLoad(ctx, src).Err()
+	}))
 }
 
 // clusterScripts maps the hash of each script evalSlots runs to its text.
@@ -341,8 +375,8 @@ func (c *ClusterNode) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock,
 	if len(locks) == 0 {
 		return nil
 	}
-	if err := c.cc.ScriptLoad(ctx, adoptLua).Err(); err != nil {
-		return timedOut(ctx, err)
+	if err := c.loadScript(ctx, adoptLua); err != nil {
+		return err
 	}
 	pipe := c.cc.Pipeline()
 	cmds := make([]*redis.Cmd, len(locks))

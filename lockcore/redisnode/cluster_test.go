@@ -2,7 +2,9 @@ package redisnode_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,4 +61,95 @@ func TestClusterDataLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+}
+
+// A shard's failover inside a Cluster node is a new primary process: the
+// node is lost (its record names the old set of primaries) and refuses
+// every lock until it is quarantined and repaired. A reshard between the
+// same primaries is not a loss.
+func TestClusterShardFailoverIsALoss(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	req := lockcore.NodeAcquire{Resource: "failover", Lease: lockcore.NewLeaseID(), TTL: time.Minute}
+	if r, err := n.Acquire(ctx, req); err != nil || r.Status != lockcore.StatusGranted {
+		t.Fatalf("Acquire: %+v, %v", r, err)
+	}
+
+	slot := lockcore.FenceSlot("failover")
+	src := c.OwnerOf(slot)
+	var dst *redistest.Server
+	for _, p := range c.Primaries() {
+		if p != src {
+			dst = p
+			break
+		}
+	}
+	if err := c.MoveSlot(slot, src, dst, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitStable()
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined {
+		t.Fatalf("after a reshard: %+v, %v; want in service", h, err)
+	}
+	if l, err := n.Inspect(ctx, "failover"); err != nil || !l.Found || l.Lease != req.Lease {
+		t.Fatalf("the lock after its slot moved: %+v, %v", l, err)
+	}
+
+	c.KillAndPromote(dst, c.ReplicaOf(dst))
+	// Before any Check: the connection to the promoted replica finds a
+	// process the last Check did not, and the node stops serving at once.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r, err := n.Acquire(ctx, req)
+		if err == nil {
+			t.Fatalf("the promoted replica served before any check: %+v", r)
+		}
+		if errors.Is(err, lockcore.ErrQuarantined) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Acquire after the failover: %v, want ErrQuarantined", err)
+		}
+	}
+	h := checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Lost })
+	t.Logf("after the failover: %s", h.Reason)
+	if !h.Initialized {
+		t.Fatalf("after the failover: %+v; want the record found, naming other primaries", h)
+	}
+	if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: "other", Lease: lockcore.NewLeaseID(), TTL: time.Minute}); !errors.Is(err, lockcore.ErrQuarantined) {
+		t.Fatalf("Acquire on a lost node: %v, want ErrQuarantined", err)
+	}
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Quarantined }); h.Lost {
+		t.Fatalf("after Quarantine: %+v", h)
+	}
+	floor := make([]int64, lockcore.FenceSlots)
+	floor[slot] = 1000
+	if err := nodetest.RepairNow(ctx, n, floor); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined {
+		t.Fatalf("after Repair: %+v, %v", h, err)
+	}
+	r, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: "failover", Lease: lockcore.NewLeaseID(), TTL: time.Minute})
+	if err != nil || r.Status == lockcore.StatusGranted && r.Token <= 1000 {
+		t.Fatalf("Acquire after the repair: %+v, %v; want a token above the floor 1000", r, err)
+	}
+}
+
+// checkWithin checks n until ok holds (a Cluster's view of a failover
+// takes a moment to reach every node), failing t after 10 s.
+func checkWithin(t *testing.T, n lockcore.Node, ok func(lockcore.NodeHealth) bool) lockcore.NodeHealth {
+	t.Helper()
+	var h lockcore.NodeHealth
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if h, err = n.Check(context.Background()); err == nil && ok(h) {
+			return h
+		}
+	}
+	t.Fatalf("Check never found what was expected: last %+v, %v", h, err)
+	return h
 }
