@@ -275,3 +275,64 @@ func TestClusterReshardUnderTraffic(t *testing.T) {
 		t.Errorf("the resharded node failed %d of %d lock calls, more than %d", fails, calls, limit)
 	}
 }
+
+// TestClusterFailoverUnderTraffic kills a shard primary of the first of
+// three Cluster nodes while 16 clients acquire, write with their token
+// and release 64 names; its replica takes over. The node must be found
+// lost, recovered from the two others by the Redlock's guard, and serve
+// again; no two holders may overlap, no token may repeat or go back, and
+// failures stay under 5% of the attempts.
+func TestClusterFailoverUnderTraffic(t *testing.T) {
+	cs := []*redistest.Cluster{redistest.StartCluster(t, 3, 1), redistest.StartCluster(t, 3, 0), redistest.StartCluster(t, 3, 0)}
+	obs := newCallCounter()
+	rl, cns := clusterRedlock(t, cs, obs)
+	names := trafficNames(64)
+	tr := newTraffic(rl, names)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { tr.run(16, stop); close(done) }()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-done
+	}()
+	waitGrants(t, tr, 200)
+
+	c := cs[0]
+	p := c.OwnerOf(lockcore.FenceSlot(names[0]))
+	killed := time.Now()
+	c.KillAndPromote(p, c.ReplicaOf(p))
+	promoted := time.Now()
+	// The guard finds the node lost (quarantined, out of service), then
+	// recovers it from the two others.
+	sawOut := false
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h, err := cns[0].Check(context.Background())
+		out := err != nil || h.Lost || h.Quarantined
+		sawOut = sawOut || (err == nil && out)
+		if sawOut && !out {
+			t.Logf("primary killed; replica promoted after %v; node back in service %v later",
+				promoted.Sub(killed).Round(time.Millisecond), time.Since(promoted).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node did not come back within 20s (saw it out: %v): %+v, %v", sawOut, h, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fails0, calls0, _ := obs.failed(cns[0].String())
+	waitGrants(t, tr, 200)
+	close(stop)
+	<-done
+	tr.check(t, 400, 0.05)
+	fails, calls, last := obs.failed(cns[0].String())
+	t.Logf("the failed-over node: %d lock calls, %d failed (out of service) until it was recovered; %d calls, %d failed since (last error: %v)",
+		calls0, fails0, calls-calls0, fails-fails0, last)
+	if limit := max(5, (calls-calls0)/100); fails-fails0 > limit {
+		t.Errorf("the recovered node failed %d of %d lock calls, more than %d", fails-fails0, calls-calls0, limit)
+	}
+}
