@@ -90,7 +90,7 @@ var settings = []setting{
 		c.Addr = v
 		return nil
 	}},
-	{"redis", "LOCKGATE_REDIS", "", "comma-separated URLs of independent Redis nodes: redis://host:port or rediss://host:port, or a Sentinel-managed primary redis-sentinel://host:port/mastername?addr=host:port; empty: embedded in-memory store", func(c *config, v string) error {
+	{"redis", "LOCKGATE_REDIS", "", "comma-separated URLs of independent Redis nodes: redis://host:port or rediss://host:port, a Sentinel-managed primary redis-sentinel://host:port/mastername?addr=host:port, or a Redis Cluster redis-cluster://host:port?addr=host:port; empty: embedded in-memory store", func(c *config, v string) error {
 		c.Redis = nil
 		for _, u := range strings.Split(v, ",") {
 			u = strings.TrimSpace(u)
@@ -339,14 +339,26 @@ func redactURLs(list string) string {
 }
 
 // checkRedisURL checks one node's URL: redis:// or rediss:// with a host
-// and a port in range, or a redis-sentinel:// (rediss-sentinel://) URL
-// that redisnode.ParseSentinelURL reads, each Sentinel's port in range.
+// and a port in range, a redis-sentinel:// (rediss-sentinel://) URL that
+// redisnode.ParseSentinelURL reads, each Sentinel's port in range, or a
+// redis-cluster:// (rediss-cluster://) URL that redisnode.ParseClusterURL
+// reads, each seed's port in range.
 func checkRedisURL(u string) error {
 	pu, err := url.Parse(u)
 	switch {
 	case err != nil || pu.Host == "":
-		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port or redis-sentinel://host:port/mastername URL", redactURL(u))
+		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port, redis-sentinel://host:port/mastername or redis-cluster://host:port URL", redactURL(u))
 	case pu.Scheme == "redis" || pu.Scheme == "rediss":
+	case pu.Scheme == "redis-cluster" || pu.Scheme == "rediss-cluster":
+		co, err := redisnode.ParseClusterURL(u)
+		if err != nil {
+			return fmt.Errorf("%s: %w", redactURL(u), err)
+		}
+		for _, a := range co.Addrs[1:] {
+			if err := checkPort(&url.URL{Host: a}); err != nil {
+				return fmt.Errorf("%s: %w", redactURL(u), err)
+			}
+		}
 	case pu.Scheme == "redis-sentinel" || pu.Scheme == "rediss-sentinel":
 		fo, err := redisnode.ParseSentinelURL(u)
 		if err != nil {
@@ -358,7 +370,7 @@ func checkRedisURL(u string) error {
 			}
 		}
 	default:
-		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port or redis-sentinel://host:port/mastername URL", redactURL(u))
+		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port, redis-sentinel://host:port/mastername or redis-cluster://host:port URL", redactURL(u))
 	}
 	if err := checkPort(pu); err != nil {
 		return fmt.Errorf("%s: %w", redactURL(u), err)

@@ -36,7 +36,8 @@ func badValues(t *testing.T) map[string][]string {
 	return map[string][]string{
 		"addr": {"localhost", "no-port-here", ":::"},
 		"redis": {"http://h:6379", "redis://", "redis://h:1,redis://h:1", "h:6379", "redis://:pw@127.0.0.1:70000", "redis://h:0",
-			"redis-sentinel://h:26379", "redis-sentinel://h:26379/m?addr=h2:99999", "redis-sentinel://h:26379/m?db=1", "redis-cluster://h:1"},
+			"redis-sentinel://h:26379", "redis-sentinel://h:26379/m?addr=h2:99999", "redis-sentinel://h:26379/m?db=1",
+			"redis-cluster://h:1/0", "redis-cluster://h:1?addr=h2:99999", "redis-cluster://h:1?db=1", "redis-cluster://h:1?addr=h2"},
 		"redis-password-file":    {filepath.Join(dir, "absent"), dir, emptyFile(t, dir)},
 		"node-timeout":           {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
 		"drift-factor":           {"x", "0", "-0.1", "0.5"},
@@ -133,6 +134,11 @@ func TestGoodValues(t *testing.T) {
 		{"a node may be a Sentinel-managed primary", []string{"-redis", "redis-sentinel://s1:26379/node-a?addr=s2:26379,redis://b:2,redis://c:3"}, nil,
 			func(c *config) bool {
 				return len(c.Redis) == 3 && c.Redis[0] == "redis-sentinel://s1:26379/node-a?addr=s2:26379"
+			}},
+		{"a node may be a Redis Cluster", []string{"-redis", "redis-cluster://a1:7000?addr=a2:7001&addr=a3:7002,redis://b:2,rediss-cluster://c1:7000"}, nil,
+			func(c *config) bool {
+				return len(c.Redis) == 3 && c.Redis[0] == "redis-cluster://a1:7000?addr=a2:7001&addr=a3:7002" &&
+					c.Redis[2] == "rediss-cluster://c1:7000"
 			}},
 		{"a password file fills in the URLs without a password", []string{"-redis", "redis://a:1,rediss://user@b:2/0,redis://:own@c:3",
 			"-redis-password-file", passwordFile(t, "s3cret pw\n")}, nil,

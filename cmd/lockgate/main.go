@@ -160,14 +160,14 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 		return []lockcore.Node{n}, n.Close, nil
 	}
 	var nodes []lockcore.Node
-	var rn []*redisnode.Node
+	var rn []interface{ Close() error }
 	closeAll := func() {
 		for _, n := range rn {
 			_ = n.Close()
 		}
 	}
 	for _, u := range cfg.Redis {
-		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: cfg.unprotected})
+		n, err := openNode(u, cfg.unprotected)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("bad setting -redis (LOCKGATE_REDIS): %s: %w", redactURL(u), err)
@@ -180,6 +180,19 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 	}
 	log.Info().Int("nodes", len(nodes)).Int("quorum", len(nodes)/2+1).Msg("Redlock over independent Redis masters")
 	return nodes, closeAll, nil
+}
+
+// openNode opens one Redlock node: a Redis Cluster for a redis-cluster://
+// URL (always protected against data loss), a single server or a
+// Sentinel-managed primary otherwise.
+func openNode(u string, unprotected bool) (interface {
+	lockcore.Node
+	Close() error
+}, error) {
+	if redisnode.IsClusterURL(u) {
+		return redisnode.NewCluster(u)
+	}
+	return redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: unprotected})
 }
 
 // unprotectedEnv turns off the detection of nodes that lost data. It is for

@@ -3,6 +3,7 @@ package redisnode
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,12 +23,21 @@ type clusterShard struct {
 // clusterShards reads, from the Cluster, which primary serves which slots,
 // and fails unless every slot has one.
 func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error) {
+	shards, _, err := c.slotOwners(ctx)
+	return shards, err
+}
+
+// slotOwners is clusterShards, and a fingerprint of the whole slot map
+// (which primary serves each slot) that any move of a slot changes.
+func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, error) {
 	slots, err := c.slotMap(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
 	first := map[string]int{}
 	served := 0
+	fp := fnv.New64a()
 	for _, r := range slots {
 		if len(r.Nodes) == 0 {
 			continue
@@ -37,9 +47,10 @@ func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error)
 			first[a] = r.Start
 		}
 		served += r.End - r.Start + 1
+		fmt.Fprintf(fp, "%d-%d=%s;", r.Start, r.End, a)
 	}
 	if served != lockcore.FenceSlots {
-		return nil, fmt.Errorf("redisnode: the Cluster serves %d of %d slots", served, lockcore.FenceSlots)
+		return nil, "", fmt.Errorf("redisnode: the Cluster serves %d of %d slots", served, lockcore.FenceSlots)
 	}
 	out := make([]clusterShard, 0, len(first))
 	for a, f := range first {
@@ -52,7 +63,7 @@ func (c *ClusterNode) clusterShards(ctx context.Context) ([]clusterShard, error)
 		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
 	}
 	c.mu.Unlock()
-	return out, nil
+	return out, strconv.FormatUint(fp.Sum64(), 36), nil
 }
 
 // slotMap reads CLUSTER SLOTS from the first node that answers: the

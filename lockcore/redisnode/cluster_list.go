@@ -3,10 +3,8 @@ package redisnode
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,8 +34,8 @@ func (c *ClusterNode) Watch(ctx context.Context, resource string, notify func())
 
 // ScanLocks implements lockcore.Lister for a Cluster: SCAN steps on one
 // primary after the other, in the order of the slots they serve. The
-// cursor is "slots@i:cursor": the Cluster's slot map when the walk began
-// (its fingerprint), the primary's index and SCAN's cursor on it. When the
+// cursor is "map@i:cursor": the Cluster's slot map when the walk began
+// (its fingerprint, see slotOwners), the primary's index and SCAN's cursor on it. When the
 // map changed meanwhile (a reshard or a failover), the walk begins again
 // from the first primary, so that a lock held for the whole walk is
 // returned at least once even if its slot moved to a primary already
@@ -46,11 +44,10 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if !c.trusted.Load() {
 		return nil, "", c.outError()
 	}
-	shards, err := c.clusterShards(ctx)
+	shards, fp, err := c.slotOwners(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	fp := slotMapPrint(shards)
 	i, cur := 0, uint64(0)
 	if cursor != "" {
 		f, rest, ok1 := strings.Cut(cursor, "@")
@@ -86,55 +83,37 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	return names, fp + "@" + strconv.Itoa(i) + ":" + strconv.FormatUint(next, 10), nil
 }
 
-// slotMapPrint is a short fingerprint of which primary serves which
-// slots: its primaries' addresses and lowest slots.
-func slotMapPrint(shards []clusterShard) string {
-	var b strings.Builder
-	for _, s := range shards {
-		b.WriteString(s.addr)
-		b.WriteString(strconv.Itoa(s.first))
-	}
-	h := fnv.New32a()
-	h.Write([]byte(b.String()))
-	return strconv.FormatUint(uint64(h.Sum32()), 36)
-}
-
-// InspectLocks implements lockcore.Lister for a Cluster: each lock is read
-// in one MULTI/EXEC on its shard (go-redis makes one per slot).
+// InspectLocks implements lockcore.Lister for a Cluster: inspect.lua per
+// lock (each read in one atomic step on its shard), in one Cluster
+// pipeline. It only reads, so go-redis may send a step again.
 func (c *ClusterNode) InspectLocks(ctx context.Context, resources []string) ([]lockcore.NodeLock, error) {
 	if !c.trusted.Load() {
 		return nil, c.outError()
 	}
-	type read struct {
-		fields *redis.SliceCmd
-		pttl   *redis.DurationCmd
+	src := scriptSource(inspectScript)
+	if err := c.loadScript(ctx, src); err != nil {
+		return nil, err
 	}
-	reads := make([]read, len(resources))
-	_, err := c.cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range resources {
-			reads[i] = read{p.HMGet(ctx, lockKey(r), "lease", "tok", "owner", "ttl"), p.PTTL(ctx, lockKey(r))}
-		}
-		return nil
-	})
-	if err != nil {
+	pipe := c.cc.Pipeline()
+	cmds := make([]*redis.Cmd, len(resources))
+	for i, r := range resources {
+		cmds[i] = pipe.EvalSha(ctx, inspectScript.Hash(), []string{lockKey(r), tokensKey(r)}, protectArg)
+	}
+	if err := execAll(ctx, pipe); err != nil {
 		return nil, timedOut(ctx, err)
 	}
 	if !c.trusted.Load() {
 		return nil, c.outError()
 	}
 	out := make([]lockcore.NodeLock, len(resources))
-	for i, rd := range reads {
-		v := rd.fields.Val()
-		lease, _ := v[0].(string)
-		pttl := rd.pttl.Val()
-		if lease == "" || pttl <= 0 {
-			continue
+	for i, cmd := range cmds {
+		l, err := inspectReply(cmd.Val())
+		if err != nil {
+			return nil, err
 		}
-		str := func(x any) string { s, _ := x.(string); return s }
-		tok, _ := strconv.ParseInt(str(v[1]), 10, 64)
-		ttl, _ := strconv.ParseInt(str(v[3]), 10, 64)
-		out[i] = lockcore.NodeLock{Found: true, Lease: lease, Token: tok, Owner: str(v[2]),
-			TTL: time.Duration(ttl) * time.Millisecond, Remaining: pttl}
+		if l.Remaining > 0 {
+			out[i] = l
+		}
 	}
 	return out, nil
 }
