@@ -240,6 +240,44 @@
 // 1970), which keeps tokens growing as long as the clock did not go back
 // and fewer than 1000 grants per millisecond were made on one slot.
 //
+// # A node that is a Redis Cluster
+//
+// A node may be a whole Redis Cluster (redisnode.ClusterNode): one Redlock
+// node whose keys are spread over its shards by hash slot. Nothing above
+// changes, because every step that must be atomic touches one slot: a
+// lock, its slot's fencing counter and its release channel share one
+// Cluster hash slot (FenceSlot is the Cluster's slot of the resource's
+// hash tag), so a script runs whole on the one shard that owns the slot,
+// and a slot's counter moves with its locks when the slot migrates (a
+// reshard moves keys, never copies them: the counter is on exactly one
+// shard at any moment and never goes back).
+//
+// What identifies the node's data is the set of its primaries: the node's
+// record names their run ids, so a shard's restart or failover (a new
+// process, with whatever its replica had received), a shard added or one
+// removed, each make a set the record does not name, and the whole node
+// is lost until it recovers from the other nodes (step 7), as a single
+// server that restarted. A node is in service only when every shard is. A
+// reshard between the same primaries is not a loss. A gateway's
+// connection to a primary it did not find at its last check stops its
+// use of the node at once (a replica's connection is refused: once
+// promoted, it would carry lock scripts to a process no check judged).
+//
+// A Cluster script cannot read the record, which lives in another slot,
+// so each slot's counter carries its own copy of the epoch: a quarantine
+// marks every slot with a new epoch before it records itself, epochs only
+// grow (a sequence kept with the record), a slot's epoch never goes back,
+// and a repair or an adoption acts on a slot only while the slot carries
+// the repair's epoch. So a repair decided before a quarantine changes no
+// slot the quarantine marked, as with one server.
+//
+// During a slot's migration the Cluster answers a script that it did not
+// run (MOVED or ASK: go to another shard; TRYAGAIN: the slot's keys are
+// split between two shards for a moment): such a script is sent again,
+// where the reply points, until the call's deadline. A lost reply (a
+// timeout, a closed connection) is never followed by a second send, as
+// for every node.
+//
 // # What is not guaranteed
 //
 // A lock with a TTL is advisory. A holder can pause (GC, swapping, a slow

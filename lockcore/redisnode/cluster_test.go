@@ -3,6 +3,8 @@ package redisnode_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +154,44 @@ func checkWithin(t *testing.T, n lockcore.Node, ok func(lockcore.NodeHealth) boo
 	}
 	t.Fatalf("Check never found what was expected: last %+v, %v", h, err)
 	return h
+}
+
+// Locks and counters spread evenly over a Cluster node's shards: 3,000
+// locks on a 3-shard Cluster leave each shard within 10% of a third of
+// them, and each shard holds the counters of the slots it serves.
+func TestClusterKeysSpreadEvenly(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	const locks = 3000
+	for i := range locks {
+		r := fmt.Sprintf("spread-%d", i)
+		if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: lockcore.NewLeaseID(), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range c.Primaries() {
+		count := func(pattern string) int {
+			total, cursor := 0, "0"
+			for {
+				out, err := p.Do("SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+				if err != nil {
+					t.Fatal(err)
+				}
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				cursor, total = lines[0], total+len(lines)-1
+				if cursor == "0" {
+					return total
+				}
+			}
+		}
+		l, k := count("lockgate:{spread-*}:lock"), count("lockgate:{*}:tokens")
+		t.Logf("shard %s: %d locks (%.1f%%), %d counters", p.Addr(), l, 100*float64(l)/locks, k)
+		if l < locks/3*9/10 || l > locks/3*11/10 {
+			t.Errorf("shard %s holds %d of %d locks, not within 10%% of a third", p.Addr(), l, locks)
+		}
+		if k < lockcore.FenceSlots/3-1 || k > lockcore.FenceSlots/3+1 {
+			t.Errorf("shard %s holds %d counters, want a third of %d", p.Addr(), k, lockcore.FenceSlots)
+		}
+	}
 }
