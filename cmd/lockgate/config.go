@@ -345,35 +345,59 @@ func redactURLs(list string) string {
 // reads, each seed's port in range.
 func checkRedisURL(u string) error {
 	pu, err := url.Parse(u)
-	switch {
-	case err != nil || pu.Host == "":
+	var check func(string) error
+	known := false
+	if err == nil && pu.Host != "" {
+		check, known = schemeChecks[pu.Scheme]
+	}
+	if !known {
 		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port, redis-sentinel://host:port/mastername or redis-cluster://host:port URL", redactURL(u))
-	case pu.Scheme == "redis" || pu.Scheme == "rediss":
-	case pu.Scheme == "redis-cluster" || pu.Scheme == "rediss-cluster":
-		co, err := redisnode.ParseClusterURL(u)
-		if err != nil {
+	}
+	if check != nil {
+		if err := check(u); err != nil {
 			return fmt.Errorf("%s: %w", redactURL(u), err)
 		}
-		for _, a := range co.Addrs[1:] {
-			if err := checkPort(&url.URL{Host: a}); err != nil {
-				return fmt.Errorf("%s: %w", redactURL(u), err)
-			}
-		}
-	case pu.Scheme == "redis-sentinel" || pu.Scheme == "rediss-sentinel":
-		fo, err := redisnode.ParseSentinelURL(u)
-		if err != nil {
-			return fmt.Errorf("%s: %w", redactURL(u), err)
-		}
-		for _, a := range fo.SentinelAddrs[1:] {
-			if err := checkPort(&url.URL{Host: a}); err != nil {
-				return fmt.Errorf("%s: %w", redactURL(u), err)
-			}
-		}
-	default:
-		return fmt.Errorf("%q is not a redis://host:port, rediss://host:port, redis-sentinel://host:port/mastername or redis-cluster://host:port URL", redactURL(u))
 	}
 	if err := checkPort(pu); err != nil {
 		return fmt.Errorf("%s: %w", redactURL(u), err)
+	}
+	return nil
+}
+
+// schemeChecks are the node URL schemes -redis takes, each with what it
+// checks beyond a host and a port in range (nil: nothing).
+var schemeChecks = map[string]func(string) error{
+	"redis": nil, "rediss": nil,
+	"redis-sentinel": checkSentinelURL, "rediss-sentinel": checkSentinelURL,
+	"redis-cluster": checkClusterURL, "rediss-cluster": checkClusterURL,
+}
+
+// checkSentinelURL checks a redis-sentinel:// URL: redisnode.ParseSentinelURL
+// reads it, and every Sentinel's port is in range.
+func checkSentinelURL(u string) error {
+	fo, err := redisnode.ParseSentinelURL(u)
+	if err != nil {
+		return err
+	}
+	for _, a := range fo.SentinelAddrs[1:] {
+		if err := checkPort(&url.URL{Host: a}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkClusterURL checks a redis-cluster:// URL: redisnode.ParseClusterURL
+// reads it, and every seed's port is in range.
+func checkClusterURL(u string) error {
+	co, err := redisnode.ParseClusterURL(u)
+	if err != nil {
+		return err
+	}
+	for _, a := range co.Addrs[1:] {
+		if err := checkPort(&url.URL{Host: a}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -266,22 +266,28 @@ func (s *Server) slotOwners() ([]string, error) {
 		if len(f) < 8 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
 			continue
 		}
-		for _, r := range f[8:] {
-			if strings.HasPrefix(r, "[") {
-				continue // a slot being migrated or imported
-			}
-			lo, hi, ok := strings.Cut(r, "-")
-			if !ok {
-				hi = lo
-			}
-			a, _ := strconv.Atoi(lo)
-			b, _ := strconv.Atoi(hi)
-			for i := a; i <= b && i < len(owners); i++ {
-				owners[i] = f[0]
-			}
-		}
+		setOwner(owners, f[0], f[8:])
 	}
 	return owners, nil
+}
+
+// setOwner records id as the owner of the slot ranges of a CLUSTER NODES
+// line ("0-5460", "7", and "[slot->-id]" for a slot being moved, skipped).
+func setOwner(owners []string, id string, ranges []string) {
+	for _, r := range ranges {
+		if strings.HasPrefix(r, "[") {
+			continue
+		}
+		lo, hi, ok := strings.Cut(r, "-")
+		if !ok {
+			hi = lo
+		}
+		a, _ := strconv.Atoi(lo)
+		b, _ := strconv.Atoi(hi)
+		for i := a; i <= b && i < len(owners); i++ {
+			owners[i] = id
+		}
+	}
 }
 
 // WaitStable waits (up to 20 s) until every running server reports
@@ -355,21 +361,8 @@ func (c *Cluster) MoveSlot(slot int, src, dst *Server, pause time.Duration) erro
 	if _, err := src.Do("CLUSTER", "SETSLOT", sl, "MIGRATING", dstID); err != nil {
 		return fmt.Errorf("migrating: %w", err)
 	}
-	host, port, _ := net.SplitHostPort(dst.Addr())
-	for {
-		out, err := src.Do("CLUSTER", "GETKEYSINSLOT", sl, "3")
-		if err != nil {
-			return fmt.Errorf("getkeysinslot: %w", err)
-		}
-		keys := strings.Fields(out)
-		if len(keys) == 0 {
-			break
-		}
-		args := append([]string{"MIGRATE", host, port, "", "0", "5000", "REPLACE", "KEYS"}, keys...)
-		if _, err := src.Do(args...); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		time.Sleep(pause)
+	if err := migrateKeys(sl, src, dst, pause); err != nil {
+		return err
 	}
 	for _, s := range []*Server{dst, src} {
 		if _, err := s.Do("CLUSTER", "SETSLOT", sl, "NODE", dstID); err != nil {
@@ -382,6 +375,27 @@ func (c *Cluster) MoveSlot(slot int, src, dst *Server, pause time.Duration) erro
 		}
 	}
 	return nil
+}
+
+// migrateKeys moves slot's keys from src to dst, three at a time, pause
+// apart.
+func migrateKeys(slot string, src, dst *Server, pause time.Duration) error {
+	host, port, _ := net.SplitHostPort(dst.Addr())
+	for {
+		out, err := src.Do("CLUSTER", "GETKEYSINSLOT", slot, "3")
+		if err != nil {
+			return fmt.Errorf("getkeysinslot: %w", err)
+		}
+		keys := strings.Fields(out)
+		if len(keys) == 0 {
+			return nil
+		}
+		args := append([]string{"MIGRATE", host, port, "", "0", "5000", "REPLACE", "KEYS"}, keys...)
+		if _, err := src.Do(args...); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		time.Sleep(pause)
+	}
 }
 
 // ReplicaOf returns a running replica of primary p, or nil.

@@ -1,6 +1,7 @@
 package redisnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -152,46 +153,58 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	c.checkMu.Lock()
 	defer c.checkMu.Unlock()
 	c.cc.ReloadState(ctx) // routes follow the slots soon after a failover
-	shards, err := c.clusterShards(ctx)
+	ids, refusing, err := c.probeShards(ctx)
 	if err != nil {
 		return lockcore.NodeHealth{}, err
-	}
-	ids := map[string]bool{}
-	refusing := ""
-	for _, sh := range shards {
-		p, err := c.probeShard(ctx, sh)
-		if err != nil {
-			return lockcore.NodeHealth{}, err
-		}
-		ids[p.runID] = true
-		if refusing == "" {
-			refusing = p.refusing
-		}
 	}
 	res, err := c.cc.Eval(ctx, checkLua, []string{metaKey}).Result()
 	if refusing == "" && refusalReason(err) != "" {
 		refusing = "meta shard: " + refusalReason(err)
 	}
-	if refusing != "" {
-		if strings.Contains(refusing, "evicts keys") {
-			if err := c.cc.HDel(ctx, metaKey, "rid").Err(); err != nil {
-				return lockcore.NodeHealth{}, timedOut(ctx, err)
-			}
+	if refusing == "" && err == nil {
+		var v checkReply
+		if v, err = parseCheck(res); err == nil {
+			return c.judged(ids, v), nil
 		}
-		c.record(ids, false, refusing)
-		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
-	if err != nil {
+	if refusing == "" {
 		return lockcore.NodeHealth{}, timedOut(ctx, err)
 	}
-	v, err := parseCheck(res)
-	if err != nil {
-		return lockcore.NodeHealth{}, err
+	if strings.Contains(refusing, "evicts keys") {
+		if err := c.cc.HDel(ctx, metaKey, "rid").Err(); err != nil {
+			return lockcore.NodeHealth{}, timedOut(ctx, err)
+		}
 	}
+	c.record(ids, false, refusing)
+	return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
+}
+
+// probeShards probes every primary (see probeShard) and returns their
+// run ids and the first reason one gave to refuse ("" when none did).
+func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, refusing string, err error) {
+	shards, err := c.clusterShards(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	ids = map[string]bool{}
+	for _, sh := range shards {
+		p, err := c.probeShard(ctx, sh)
+		if err != nil {
+			return nil, "", err
+		}
+		ids[p.runID] = true
+		refusing = cmp.Or(refusing, p.refusing)
+	}
+	return ids, refusing, nil
+}
+
+// judged is what a Check that found the primaries ids and the record v
+// reports (see judge), and what the node remembers of it.
+func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHealth {
 	if v.format > dataFormat {
-		refusing = fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
+		refusing := fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
 		c.record(ids, false, refusing)
-		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
+		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}
 	}
 	h := judge(v, idSet(ids))
 	c.mu.Lock()
@@ -199,7 +212,7 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	c.seenInit = c.seenInit || h.Initialized
 	c.mu.Unlock()
 	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "")
-	return h, nil
+	return h
 }
 
 // record remembers the primaries the last Check found and whether the
@@ -406,6 +419,21 @@ func (c *ClusterNode) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock,
 	return nil
 }
 
+// repairEpoch is Node.repairEpoch on the Cluster's meta hash.
+func (c *ClusterNode) repairEpoch(ctx context.Context, epoch string) error {
+	v, err := c.cc.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
+	if err != nil {
+		return timedOut(ctx, err)
+	}
+	if s, _ := v[2].(string); epoch == "" || s != epoch {
+		return lockcore.ErrNodeChanged
+	}
+	if v[0] != nil && v[1] == nil {
+		return ErrQuarantining
+	}
+	return nil
+}
+
 // Repair implements lockcore.Node for a Cluster: repair.lua on every slot
 // with the slot's own hash as the epoch's holder (it acts only while the
 // slot carries epoch, set by the quarantine or bootstrap mark the repair
@@ -420,15 +448,8 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	if err != nil {
 		return err
 	}
-	v, err := c.cc.HMGet(ctx, metaKey, "qsince", "qdone", "qepoch").Result()
-	if err != nil {
-		return timedOut(ctx, err)
-	}
-	if s, _ := v[2].(string); epoch == "" || s != epoch {
-		return lockcore.ErrNodeChanged
-	}
-	if v[0] != nil && v[1] == nil {
-		return ErrQuarantining
+	if err := c.repairEpoch(ctx, epoch); err != nil {
+		return err
 	}
 	changed := func(v any) error {
 		if n, _ := v.(int64); n != 1 {

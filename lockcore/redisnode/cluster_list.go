@@ -48,18 +48,9 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if err != nil {
 		return nil, "", err
 	}
-	i, cur := 0, uint64(0)
-	if cursor != "" {
-		f, rest, ok1 := strings.Cut(cursor, "@")
-		is, cs, ok2 := strings.Cut(rest, ":")
-		ii, err1 := strconv.Atoi(is)
-		cc, err2 := strconv.ParseUint(cs, 10, 64)
-		if !ok1 || !ok2 || err1 != nil || err2 != nil || ii < 0 {
-			return nil, "", fmt.Errorf("redisnode: bad scan cursor")
-		}
-		if f == fp && ii < len(shards) {
-			i, cur = ii, cc
-		}
+	i, cur, err := parseClusterCursor(cursor, fp, len(shards))
+	if err != nil {
+		return nil, "", err
 	}
 	keys, next, err := c.shard(shards[i].addr).Scan(ctx, cur, lockPattern(prefix), int64(max(count, 1))).Result()
 	if err != nil {
@@ -68,6 +59,38 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if !c.trusted.Load() {
 		return nil, "", c.outError()
 	}
+	names := lockNames(keys, prefix)
+	if next == 0 {
+		if i++; i == len(shards) {
+			return names, "", nil
+		}
+	}
+	return names, fp + "@" + strconv.Itoa(i) + ":" + strconv.FormatUint(next, 10), nil
+}
+
+// parseClusterCursor reads ScanLocks's cursor: the primary's index and
+// SCAN's cursor on it, or the walk's start when the cursor is "" or was
+// made on another slot map than fp (or with more primaries than shards).
+func parseClusterCursor(cursor, fp string, shards int) (int, uint64, error) {
+	if cursor == "" {
+		return 0, 0, nil
+	}
+	f, rest, ok1 := strings.Cut(cursor, "@")
+	is, cs, ok2 := strings.Cut(rest, ":")
+	i, err1 := strconv.Atoi(is)
+	cur, err2 := strconv.ParseUint(cs, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || i < 0 {
+		return 0, 0, fmt.Errorf("redisnode: bad scan cursor")
+	}
+	if f != fp || i >= shards {
+		return 0, 0, nil
+	}
+	return i, cur, nil
+}
+
+// lockNames are the resource names of the lock keys among keys that
+// start with prefix.
+func lockNames(keys []string, prefix string) []string {
 	names := make([]string, 0, len(keys))
 	for _, k := range keys {
 		name, ok := strings.CutPrefix(k, "lockgate:{")
@@ -75,12 +98,7 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 			names = append(names, name)
 		}
 	}
-	if next == 0 {
-		if i++; i == len(shards) {
-			return names, "", nil
-		}
-	}
-	return names, fp + "@" + strconv.Itoa(i) + ":" + strconv.FormatUint(next, 10), nil
+	return names
 }
 
 // InspectLocks implements lockcore.Lister for a Cluster: inspect.lua per
