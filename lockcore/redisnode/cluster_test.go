@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/nodetest"
@@ -194,4 +197,107 @@ func TestClusterKeysSpreadEvenly(t *testing.T) {
 			t.Errorf("shard %s holds %d counters, want a third of %d", p.Addr(), k, lockcore.FenceSlots)
 		}
 	}
+}
+
+// A lock script whose reply is lost after it ran (its connection closed,
+// as a network cut leaves it) is not sent again by a Cluster node: the
+// call fails, unknown, and the shard ran the script once. go-redis's
+// ClusterClient sends a command again after such an error unless the
+// command says NoRetry; sent again, a first grant would have come back
+// as a re-entry.
+func TestClusterLostReplyIsNotSentAgain(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	proxies := map[*redistest.Server]*faultproxy.Proxy{}
+	for _, p := range c.Primaries() {
+		px, err := faultproxy.Start(p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		proxies[p] = px
+		_, port, _ := net.SplitHostPort(px.Addr())
+		_, own, _ := net.SplitHostPort(p.Addr())
+		ownPort, _ := strconv.Atoi(own)
+		for _, kv := range [][2]string{{"cluster-announce-bus-port", strconv.Itoa(ownPort + 10000)}, {"cluster-announce-port", port}} {
+			if _, err := p.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Every node must route clients to the proxies before the node is
+	// made (its URL names the proxies only).
+	seeds := make([]string, 0, len(proxies))
+	for _, px := range proxies {
+		seeds = append(seeds, px.Addr())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, err := c.Servers[0].Do("CLUSTER", "SLOTS")
+		if err == nil && strings.Count(out, "\n") > 0 && allIn(out, seeds) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Cluster does not announce the proxies: %q, %v", out, err)
+		}
+	}
+	n, err := redisnode.NewCluster("redis-cluster://" + seeds[0] + "?addr=" + seeds[1] + "&addr=" + seeds[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	ctx := context.Background()
+	if err := nodetest.Initialize(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const r = "lost-reply"
+	warm := lockcore.NodeAcquire{Resource: r, Lease: lockcore.NewLeaseID(), TTL: time.Minute}
+	if _, err := n.Acquire(ctx, warm); err != nil { // loads the script on the shard
+		t.Fatal(err)
+	}
+	if _, err := n.Release(ctx, r, warm.Lease, 0); err != nil {
+		t.Fatal(err)
+	}
+	owner := c.OwnerOf(lockcore.FenceSlot(r))
+	before := evalshaCalls(t, owner)
+	proxies[owner].DropNextReply()
+	req := lockcore.NodeAcquire{Resource: r, Lease: lockcore.NewLeaseID(), TTL: time.Minute}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	got, err := n.Acquire(cctx, req)
+	cancel()
+	if err == nil {
+		t.Fatalf("Acquire whose reply was lost answered %+v: the script was sent again", got)
+	}
+	if calls := evalshaCalls(t, owner) - before; calls != 1 {
+		t.Fatalf("the shard ran %d scripts for one Acquire whose reply was lost, want 1", calls)
+	}
+	if lease, _ := owner.Do("HGET", "lockgate:{"+r+"}:lock", "lease"); strings.TrimSpace(lease) != req.Lease {
+		t.Fatalf("the lock is held by %q, want the lost reply's lease: its script ran", lease)
+	}
+	t.Logf("lost reply: %v; the shard ran the script once", err)
+}
+
+// allIn reports whether every address in addrs appears in the CLUSTER
+// SLOTS reply out (host and port on separate lines).
+func allIn(out string, addrs []string) bool {
+	for _, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		if !strings.Contains(out, "\n"+port+"\n") {
+			return false
+		}
+	}
+	return true
+}
+
+// evalshaCalls reads how many EVALSHA calls s has run.
+func evalshaCalls(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	v := s.Info("cmdstat_evalsha") // calls=N,usec=...
+	calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+	n, err := strconv.Atoi(calls)
+	if err != nil {
+		t.Fatalf("cmdstat_evalsha %q: %v", v, err)
+	}
+	return n
 }
