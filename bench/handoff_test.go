@@ -23,7 +23,6 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
-	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
 // The hand-off benchmark.
@@ -502,7 +501,7 @@ type lockgatePeer struct {
 	url    string
 	srv    *httptest.Server
 	locker *lockcore.Redlock
-	nodes  []*redisnode.Node
+	nodes  []interface{ Close() error }
 }
 
 // newLockgate starts the gateway over the cluster's three servers, or over

@@ -51,6 +51,15 @@ import (
 //   - redislock-1: bsm/redislock in-process over the first server;
 //   - etcd: etcd's /v3/lock JSON API over HTTP, one member (a fresh one
 //     for every case), a lease per worker (etcd_test.go);
+//   - lockgate-3x3: the gateway in-process over three Redis Cluster nodes
+//     of three shards each (redisnode.ClusterNode, nine more redis-server
+//     processes, started once and flushed before each case); uncontended
+//     scenarios only (a contended case is one resource, hence one shard
+//     per node). Its redis-server CPU is the nine servers' (the
+//     "redis-server CPU" column), and the report states its pairs/s ratio
+//     to lockgate-3. Since every target shares this machine's cores, the
+//     ratio shows what sharding costs or saves per pair here, not how far
+//     it scales on more cores;
 //   - lockgate-3-slow and redsync-3-slow: lockgate-3 and redsync-3 with the
 //     third server reached through internal/faultproxy delaying every reply
 //     by LOCKGATE_BENCH_SLOW_DELAY (default 30ms): one slow node. Only in
@@ -88,7 +97,7 @@ import (
 // LOCKGATE_BENCH_WINDOW), and a fresh gateway; the servers are flushed
 // between cases.
 
-var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "http-redsync", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow"}
+var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "http-redsync", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow", "lockgate-3x3"}
 
 // slowScenarios are the scenarios the -slow targets run in: lockgate-3 and
 // redsync-3 with the third server behind a proxy that delays every reply by
@@ -156,9 +165,12 @@ type thrEnv struct {
 	slow    *faultproxy.Proxy // to the third server, delaying replies
 	slowRDB *redis.Client     // redsync's client through slow
 	etcd    *etcdServer
-	etcdErr error           // why there is no etcd
-	cases   int             // makes each case's etcd lock names its own
-	only    map[string]bool // LOCKGATE_BENCH_TARGETS, if set
+	etcdErr error // why there is no etcd
+	cases   int   // makes each case's etcd lock names its own
+	// clusters are lockgate-3x3's three Redis Clusters, started by its
+	// first case.
+	clusters []*redistest.Cluster
+	only     map[string]bool // LOCKGATE_BENCH_TARGETS, if set
 }
 
 func (e *thrEnv) available(target string) error {
@@ -180,6 +192,8 @@ func (e *thrEnv) newTarget(tb testing.TB, name string) thrTarget {
 	switch name {
 	case "lockgate-3":
 		return newLockgateOn(tb, e.c.srvs, false)
+	case "lockgate-3x3":
+		return newLockgateURLs(tb, e.clusterURLs(tb), false)
 	case "lockgate-3-slow":
 		return newLockgateURLs(tb, []string{e.c.srvs[0].URL(), e.c.srvs[1].URL(), "redis://" + e.slow.Addr()}, false)
 	case "redsync-3-slow":
@@ -214,6 +228,28 @@ func (e *thrEnv) newTarget(tb testing.TB, name string) thrTarget {
 	return nil
 }
 
+// clusterURLs starts lockgate-3x3's Clusters on first use, flushes every
+// primary (each case starts from empty nodes, as the others do), and
+// returns their redis-cluster:// URLs.
+func (e *thrEnv) clusterURLs(tb testing.TB) []string {
+	tb.Helper()
+	if e.clusters == nil {
+		for range 3 {
+			e.clusters = append(e.clusters, redistest.StartCluster(tb, 3, 0))
+		}
+	}
+	urls := make([]string, len(e.clusters))
+	for i, c := range e.clusters {
+		for _, p := range c.Primaries() {
+			if _, err := p.Do("FLUSHALL"); err != nil {
+				tb.Fatalf("flush %s: %v", p.Addr(), err)
+			}
+		}
+		urls[i] = c.URL()
+	}
+	return urls
+}
+
 // newLockgateOn is newLockgate over the given servers, or over one memnode.
 func newLockgateOn(tb testing.TB, srvs []*redistest.Server, embedded bool) *lockgatePeer {
 	var urls []string
@@ -232,7 +268,16 @@ func newLockgateURLs(tb testing.TB, urls []string, embedded bool) *lockgatePeer 
 		nodes = append(nodes, memnode.New(&memnode.Options{Name: "embedded"}))
 	}
 	for _, u := range urls {
-		n, err := redisnode.New(u)
+		var n interface {
+			lockcore.Node
+			Close() error
+		}
+		var err error
+		if redisnode.IsClusterURL(u) {
+			n, err = redisnode.NewCluster(u)
+		} else {
+			n, err = redisnode.New(u)
+		}
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -419,6 +464,7 @@ func selfCPU() time.Duration {
 
 type cpuSnap struct {
 	self, redis, etcd time.Duration
+	cluster           time.Duration // lockgate-3x3's nine servers
 	err               error
 }
 
@@ -430,6 +476,15 @@ func (e *thrEnv) cpu() cpuSnap {
 			s.err = err
 		}
 		s.redis += d
+	}
+	for _, c := range e.clusters {
+		for _, srv := range c.Servers {
+			d, err := procCPU(srv.Pid())
+			if err != nil {
+				s.err = err
+			}
+			s.cluster += d
+		}
 	}
 	if e.etcd != nil {
 		d, err := procCPU(e.etcd.pid)
@@ -598,7 +653,11 @@ func runPairs(tb testing.TB, e *thrEnv, name string, t thrTarget, n int, warm, w
 		tb.Fatalf("%s: reading CPU times: %v %v", name, before.err, after.err)
 	}
 	r := pairResult{Window: win, CPU: cpuSnap{
-		self: after.self - before.self, redis: after.redis - before.redis, etcd: after.etcd - before.etcd}}
+		self: after.self - before.self, redis: after.redis - before.redis, etcd: after.etcd - before.etcd,
+		cluster: after.cluster - before.cluster}}
+	if name == "lockgate-3x3" {
+		r.CPU.redis = r.CPU.cluster
+	}
 	for _, w := range ws {
 		r.add(pairResult{Kinds: w.kinds})
 		r.Pairs += w.pairs
@@ -870,7 +929,7 @@ func TestThroughput(t *testing.T) {
 		for _, sc := range scenarios {
 			for j := range thrTargets {
 				name := thrTargets[(j+round)%len(thrTargets)]
-				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) || (name == "http-redsync" && sc.contended) {
+				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) || (name == "http-redsync" && sc.contended) || (name == "lockgate-3x3" && sc.contended) {
 					continue
 				}
 				k := thrKey{name, sc}
@@ -973,6 +1032,16 @@ func (run *thrRun) report() string {
 				name, sc.c, r.rate(), ms(pct(r.Acq, 50)), ms(pct(r.Acq, 99)), ms(pct(r.Rel, 50)), ms(pct(r.Rel, 99)),
 				r.Errors, r.perK(r.CPU.self), r.perK(r.CPU.redis), etcdCPU)
 		}
+	}
+
+	b.WriteString("\nlockgate-3x3 (three Cluster nodes of three shards; redis-server CPU: the nine servers) against lockgate-3, uncontended:\n\n")
+	for _, sc := range scenarios {
+		a, b3 := run.pairs[thrKey{"lockgate-3x3", sc}], run.pairs[thrKey{"lockgate-3", sc}]
+		if sc.contended || a == nil || b3 == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "- C=%d: %.0f ÷ %.0f pairs/s = %.2f; redis-server CPU per 1,000 pairs %.3f s against %.3f s\n",
+			sc.c, a.rate(), b3.rate(), ratio(a.rate(), b3.rate()), a.perK(a.CPU.redis), b3.perK(b3.CPU.redis))
 	}
 
 	first := true
