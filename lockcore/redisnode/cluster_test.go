@@ -301,3 +301,30 @@ func evalshaCalls(t *testing.T, s *redistest.Server) int {
 	}
 	return n
 }
+
+// A Cluster node one of whose shards may evict keys refuses to serve, and
+// loses its record, so that once the policy is fixed it recovers before
+// it serves again: the shard may have evicted locks.
+func TestClusterNodeWithAnEvictingShardRefuses(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	shard := c.Primaries()[1]
+	if _, err := shard.Do("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := n.Check(ctx)
+	if err != nil || !strings.Contains(h.Refusing, "evicts keys") {
+		t.Fatalf("Check with an evicting shard: %+v, %v; want refusing", h, err)
+	}
+	var re *redisnode.RefusingError
+	if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: "evict", Lease: lockcore.NewLeaseID(), TTL: time.Minute}); !errors.As(err, &re) {
+		t.Fatalf("Acquire while a shard evicts: %v, want a RefusingError", err)
+	}
+	if _, err := shard.Do("CONFIG", "SET", "maxmemory-policy", "noeviction"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := n.Check(ctx); err != nil || !h.Lost {
+		t.Fatalf("Check once the policy is fixed: %+v, %v; want lost (no recovery record)", h, err)
+	}
+}
