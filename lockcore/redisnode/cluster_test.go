@@ -328,3 +328,72 @@ func TestClusterNodeWithAnEvictingShardRefuses(t *testing.T) {
 		t.Fatalf("Check once the policy is fixed: %+v, %v; want lost (no recovery record)", h, err)
 	}
 }
+
+// A shard's replica that missed the primary's last writes and is then
+// promoted holds an older copy of the slot: its counter is behind and a
+// lock granted since is not there. The Cluster node must not serve it:
+// the next Acquire fails with ErrQuarantined (the connection to the new
+// primary finds a process no check named) and Check finds the node lost.
+// Served, the node would grant the resource again with a token that was
+// already handed out.
+func TestClusterLaggingReplicaIsNotServed(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	const r = "lagging"
+	p := c.OwnerOf(lockcore.FenceSlot(r))
+	rep := c.ReplicaOf(p)
+	grant := func() lockcore.NodeReply {
+		t.Helper()
+		lease := lockcore.NewLeaseID()
+		g, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: time.Minute})
+		if err != nil || g.Status != lockcore.StatusGranted {
+			t.Fatalf("Acquire: %+v, %v", g, err)
+		}
+		if _, err := n.Release(ctx, r, lease, 0); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	grant()
+	if _, err := p.Do("WAIT", "1", "5000"); err != nil { // the replica has the first grant
+		t.Fatal(err)
+	}
+	// The replica stops reading, then its link is cut: whatever the
+	// primary writes next never reaches it.
+	rep.Pause()
+	if _, err := p.Do("CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		rep.Resume()
+		t.Fatal(err)
+	}
+	var last int64
+	for range 3 {
+		last = grant().Token
+	}
+	p.Kill()
+	rep.Resume()
+	c.KillAndPromote(p, rep)
+	counter, err := rep.Do("HGET", slotKey(lockcore.FenceSlot(r)), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind, _ := strconv.ParseInt(strings.TrimSpace(counter), 10, 64)
+	t.Logf("the promoted replica's counter is %d; the primary had handed out %d", behind, last)
+	if behind >= last {
+		t.Fatalf("the promoted replica's counter %d is not behind the primary's %d: the test proves nothing", behind, last)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: lockcore.NewLeaseID(), TTL: time.Minute})
+		if err == nil {
+			t.Fatalf("the lagging replica served: %+v (the primary had handed out token %d)", g, last)
+		}
+		if errors.Is(err, lockcore.ErrQuarantined) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Acquire after the failover: %v, want ErrQuarantined", err)
+		}
+	}
+	h := checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Lost })
+	t.Logf("Check: %s", h.Reason)
+}
