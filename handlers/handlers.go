@@ -17,6 +17,7 @@ import (
 	lockgate "github.com/lockgate/lockgate"
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/semaphore"
 )
 
 // Locker is what the handlers need of the lock service (*lockcore.Redlock).
@@ -67,9 +68,9 @@ type Options struct {
 	Caller func(r *http.Request) string
 	// RateLimit, if above 0, allows each caller (see Caller; the client
 	// certificate's subject; else the client's IP address) that many
-	// requests per second on /locks and /locks/..., in bursts of up to
-	// RateBurst (default 1); beyond, 429 with Retry-After. Applied after
-	// Middleware, so unknown tokens still get 401.
+	// requests per second on /locks, /locks/... and /semaphores/..., in
+	// bursts of up to RateBurst (default 1); beyond, 429 with Retry-After.
+	// Applied after Middleware, so unknown tokens still get 401.
 	RateLimit float64
 	RateBurst int
 	// WaitersPerCaller, if above 0, is each caller's share of waiting
@@ -85,6 +86,9 @@ type Options struct {
 	// lock state. The page reads /locks and /metrics, guarded as always.
 	// GET /ui redirects to /ui/. Default: no page (/ui answers 404).
 	UI fs.FS
+	// Semaphores, if set, serves /semaphores/... (e.g. to export its InUse
+	// as a metric). Default: semaphores over the Locker, made by New.
+	Semaphores *semaphore.Semaphores
 }
 
 type server struct {
@@ -93,6 +97,7 @@ type server struct {
 	validate *validator.Validate
 	cursors  *cursorSeal
 	waiters  *waiterShares // nil: no share per caller
+	sems     *semaphore.Semaphores
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -123,6 +128,10 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	}
 	contract.bounds = boundsOf(locker)
 	s := &server{locker: locker, opt: o, validate: newValidator(), cursors: newCursorSeal()}
+	s.sems = o.Semaphores
+	if s.sems == nil {
+		s.sems = semaphore.New(locker)
+	}
 	if o.WaitersPerCaller > 0 {
 		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
 	}
@@ -172,6 +181,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Patch("/locks/{resource}", s.extend)
 	r.Delete("/locks/{resource}", s.release)
 	r.Get("/locks/{resource}", s.inspect)
+	s.semaphoreRoutes(r)
 	return r, nil
 }
 

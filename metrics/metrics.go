@@ -189,6 +189,18 @@ func (m *Metrics) Waiters(waiting func() int) {
 	}, func() float64 { return float64(waiting()) }))
 }
 
+// PermitsInUse exports, as the gauge lockgate_permits_in_use, the
+// semaphore permits granted or extended through this replica that are
+// still held (not released through it, validity not run out), read from
+// inUse (e.g. (*semaphore.Semaphores).InUse) at every scrape. Call it at
+// most once.
+func (m *Metrics) PermitsInUse(inUse func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_permits_in_use",
+		Help: "Semaphore permits granted or extended through this replica and still held.",
+	}, func() float64 { return float64(inUse()) }))
+}
+
 // Behind exports, as the gauge lockgate_node_behind, whether each node is
 // behind (see (*lockcore.Redlock).Behind): behind is read at every scrape
 // and must return one value per name, in the same order. Call it at most

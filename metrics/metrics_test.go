@@ -235,3 +235,13 @@ func TestBuildInfo(t *testing.T) {
 		t.Errorf("lockgate_build_info{version=%q,revision=%q} = %v, want 1", version, revision, v)
 	}
 }
+
+func TestPermitsInUse(t *testing.T) {
+	m := New()
+	inUse := 0
+	m.PermitsInUse(func() int { return inUse })
+	inUse = 3
+	if v := value(t, m, "lockgate_permits_in_use"); v != 3 {
+		t.Errorf("lockgate_permits_in_use = %v, want 3", v)
+	}
+}

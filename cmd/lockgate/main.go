@@ -28,6 +28,7 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
+	"github.com/lockgate/lockgate/lockcore/semaphore"
 	"github.com/lockgate/lockgate/metrics"
 	"github.com/lockgate/lockgate/ui"
 )
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		warnSilentNodes(ctx, nodes, locker.Quorum(), log)
 	}
 	m.Waiters(locker.Waiting)
+	sems := semaphore.New(locker)
+	m.PermitsInUse(sems.InUse)
 	m.Behind(names, locker.Behind)
 	m.ServesAgain(names, func() []time.Time {
 		reports := locker.NodeReports()
@@ -101,6 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
 		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
+		Semaphores: sems,
 	}
 	if cfg.ui {
 		hopts.UI = ui.Files()
