@@ -255,8 +255,10 @@
 // the holders a node saw, not the holders: a majority vote on "fewer than
 // K" bounds the holders by K only if every K+1 majorities share a node,
 // that is if (K+1)·(N − quorum) < N; two majorities always do (that is
-// step 4), but with 3 or 5 nodes three need not. The semaphore package's tests run that naive counter against the
-// same checker as the permits and show it admit a fourth holder with K = 3.
+// step 4), but with 3 or 5 nodes three need not. The chaos package's
+// TestNaiveCounterAdmitsMoreThanK runs that naive counter against the
+// checker the permits pass (TestSemaphoreNeverAdmitsMoreThanK) and shows
+// it admit a fourth holder with K = 3.
 //
 // Why K locks are safe: permit i is held by a lease only while a majority
 // of nodes hold PermitResource(name, i) for it, and any two majorities share

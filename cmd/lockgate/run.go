@@ -53,7 +53,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		return c.usagef("--lock NAME is required")
 	case len(command) == 0:
 		return c.usagef("no command: lockgate run --lock NAME -- command [args...]")
-	case *ttl <= 0 || *killAfter <= 0 || *wait < 0:
+	case badDurations(*ttl, *killAfter, *wait):
 		return c.usagef("--ttl and --kill-after must be positive, --wait not negative")
 	case *permits < 0 || *permits > 64:
 		return c.usagef("--permits must be between 1 and 64 (0: a lock)")
@@ -98,13 +98,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"LOCKGATE_RESOURCE="+l.Resource(),
-		"LOCKGATE_LEASE_ID="+l.LeaseID(),
-		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
-	if l.Permit() >= 0 {
-		cmd.Env = append(cmd.Env, "LOCKGATE_PERMIT="+strconv.Itoa(l.Permit()))
-	}
+	cmd.Env = commandEnv(l)
 	// Pdeathsig: if run itself dies (SIGKILL, OOM), nobody renews the lock
 	// any more, so the command is told at once.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -165,6 +159,24 @@ func release(c *common, l *client.Lock) {
 	if err := l.Release(ctx); err != nil && !errors.Is(err, client.ErrNotHeld) && !errors.Is(err, client.ErrHeldByOther) {
 		c.failf(0, "release of lock %s failed (it expires by its TTL): %v", l.Resource(), err)
 	}
+}
+
+// badDurations reports whether run's durations are out of range.
+func badDurations(ttl, killAfter, wait time.Duration) bool {
+	return ttl <= 0 || killAfter <= 0 || wait < 0
+}
+
+// commandEnv is the command's environment: run's, with the lock's (or
+// permit's) resource, lease id and fencing token, and the permit's number.
+func commandEnv(l *client.Lock) []string {
+	env := append(os.Environ(),
+		"LOCKGATE_RESOURCE="+l.Resource(),
+		"LOCKGATE_LEASE_ID="+l.LeaseID(),
+		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
+	if l.Permit() >= 0 {
+		env = append(env, "LOCKGATE_PERMIT="+strconv.Itoa(l.Permit()))
+	}
+	return env
 }
 
 // take holds the lock name, or with permits > 0 one of the permits of the
