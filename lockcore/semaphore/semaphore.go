@@ -451,12 +451,19 @@ func (s *Semaphores) read(ctx context.Context, name string, n int) (view, error)
 	return v, s.readRange(ctx, name, v, 0, n)
 }
 
-// readRange reads permits from to to-1 at once into v.
+// readParallel bounds the reads of one readRange in flight at once: a
+// semaphore of many permits must not put a burst of rounds on the nodes.
+const readParallel = 8
+
+// readRange reads permits from to to-1 into v, readParallel at a time.
 func (s *Semaphores) readRange(ctx context.Context, name string, v view, from, to int) error {
 	errs := make([]error, to-from)
+	slots := make(chan struct{}, readParallel)
 	var wg sync.WaitGroup
 	for i := from; i < to; i++ {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			info, err := s.locker.Inspect(ctx, lockcore.PermitResource(name, i))
 			switch {
 			case err == nil:

@@ -43,7 +43,10 @@ func redisNodes(t *testing.T) []lockcore.Node {
 }
 
 func newSemaphores(t *testing.T, nodes []lockcore.Node) (*lockcore.Redlock, *semaphore.Semaphores) {
-	rl, err := lockcore.New(nodes, nil)
+	// Node calls get more than the 50ms default, as in client's tests: a
+	// loaded machine running the race detector next to redis-servers can
+	// be slow to answer.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 150 * time.Millisecond, MinTTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
