@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -356,4 +357,44 @@ func (r *releaseAfter) Release(ctx context.Context, req lockcore.ReleaseRequest)
 		r.after()
 	}
 	return err
+}
+
+// Two waiters on one replica: the first to arrive gets the first permit
+// freed, the second waits on for the next.
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, rl *lockcore.Redlock, s *semaphore.Semaphores) {
+		ctx := context.Background()
+		req := semaphore.AcquireRequest{Name: "fifo", Permits: 2, TTL: 10 * time.Second}
+		a, b := mustAcquire(t, s, req), mustAcquire(t, s, req)
+		type got struct {
+			who int
+			p   *semaphore.Permit
+			err error
+		}
+		answers := make(chan got, 2)
+		wait := req
+		wait.Wait = 30 * time.Second
+		for who := 1; who <= 2; who++ {
+			go func() {
+				p, err := s.Acquire(ctx, wait)
+				answers <- got{who, p, err}
+			}()
+			waitFor(t, func() bool { return rl.Waiting() == 2*who }, "waiter "+strconv.Itoa(who)+" to wait for both permits")
+		}
+		if err := s.Release(ctx, "fifo", a.Index, a.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		first := <-answers
+		if first.err != nil || first.who != 1 || first.p.Index != a.Index {
+			t.Fatalf("after permit %d was freed: waiter %d got %+v, %v; want waiter 1", a.Index, first.who, first.p, first.err)
+		}
+		waitFor(t, func() bool { return rl.Waiting() == 2 }, "waiter 1's other wait to end")
+		if err := s.Release(ctx, "fifo", b.Index, b.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		second := <-answers
+		if second.err != nil || second.who != 2 || second.p.Index != b.Index {
+			t.Fatalf("after permit %d was freed: waiter %d got %+v, %v; want waiter 2", b.Index, second.who, second.p, second.err)
+		}
+	})
 }
