@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -397,4 +398,44 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 			t.Fatalf("after permit %d was freed: waiter %d got %+v, %v; want waiter 2", b.Index, second.who, second.p, second.err)
 		}
 	})
+}
+
+// A waiter granted several permits at once (two freed together) keeps
+// one and gives the others back.
+func TestAWaiterKeepsOnePermit(t *testing.T) {
+	rl, _ := newSemaphores(t, []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)})
+	s := semaphore.New(&refuseAtOnce{Locker: rl, all: make(chan struct{})})
+	p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "many", Permits: 3, TTL: 10 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Inspect(context.Background(), "many")
+	if err != nil || len(st.Holders) != 1 || st.Holders[0].Index != p.Index {
+		t.Fatalf("after one acquisition that was granted every permit while waiting: %+v, %v; want permit %d alone", st, err, p.Index)
+	}
+}
+
+// refuseAtOnce answers every acquisition that does not wait as if the
+// permit were held, so that the semaphore waits for all three, which are
+// free: each wait is granted at once, and none answers before all three
+// are granted.
+type refuseAtOnce struct {
+	semaphore.Locker
+	mu      sync.Mutex
+	granted int
+	all     chan struct{}
+}
+
+func (r *refuseAtOnce) Acquire(ctx context.Context, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
+	if req.Wait == 0 {
+		return nil, &lockcore.TakenError{Resource: req.Resource, RetryAfter: time.Second}
+	}
+	lease, err := r.Locker.Acquire(ctx, req)
+	r.mu.Lock()
+	if r.granted++; r.granted == 3 {
+		close(r.all)
+	}
+	r.mu.Unlock()
+	<-r.all
+	return lease, err
 }
