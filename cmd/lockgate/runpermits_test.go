@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,6 +38,9 @@ func TestRunWithPermits(t *testing.T) {
 	}
 	if !seen["batch|0"] || !seen["batch|1"] {
 		t.Fatalf("the commands saw %v, want permits 0 and 1 of batch", seen)
+	}
+	if m := g.do(t, http.MethodGet, "/metrics", ""); !strings.Contains(m.body, "\nlockgate_permits_in_use 2\n") {
+		t.Errorf("/metrics while two permits are held has no lockgate_permits_in_use 2")
 	}
 
 	marker := filepath.Join(dir, "ran")
