@@ -113,7 +113,12 @@ func (s *server) forceRelease(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot force a release")
 		return
 	}
+	done := func(bool) {}
+	if s.watch != nil {
+		done = s.watch.ForceReleasing(resourceParam(r))
+	}
 	tok, err := fr.ForceRelease(r.Context(), resourceParam(r))
+	done(err == nil)
 	if err != nil {
 		if errors.Is(err, lockcore.ErrNotSupported) {
 			problem(w, r, http.StatusInternalServerError, apiInternal, "a lock node cannot force a release")

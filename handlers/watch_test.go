@@ -1,0 +1,286 @@
+package handlers_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3filter"
+
+	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/watch"
+)
+
+func init() {
+	// The contract declares the stream as a string; kin-openapi reads it
+	// as one with the file decoder.
+	openapi3filter.RegisterBodyDecoder(api.MediaEventStream, openapi3filter.FileBodyDecoder)
+}
+
+// watchGateway is a gateway over three in-memory nodes with its watch hub
+// given, so that tests can see its watchers.
+func watchGateway(t *testing.T, opts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
+	t.Helper()
+	rl, err := lockcore.New(memNodes(3, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	hub := watch.New(rl, opts)
+	t.Cleanup(hub.Close)
+	var o handlers.Options
+	if hopts != nil {
+		o = *hopts
+	}
+	o.Watch = hub
+	h, err := handlers.New(rl, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gateway{handler: h, locker: rl}, hub
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
+
+func TestLongPollAnswersWhenTheHolderChanges(t *testing.T) {
+	g, hub := watchGateway(t, nil, nil)
+	srv := g.serve(t, nil)
+	ctx := context.Background()
+	l := g.acquire(t, "job", "", `{"owner":"w1"}`)
+
+	// A token other than the holder's: at once, as a plain GET.
+	target := "/locks/job?after=0&wait_ms=60000"
+	a := await(t, sendAsync(ctx, srv, GET, target, ""), 10*time.Second, "long poll after 0")
+	checkContract(t, GET, target, a.res)
+	if a.res.Status != http.StatusOK || a.res.Header.Get("ETag") != `"`+strconv.FormatInt(l.FencingToken, 10)+`"` {
+		t.Fatalf("long poll after 0: %s", a.res)
+	}
+
+	// The holder's token: until the lock changes.
+	target = "/locks/job?after=" + strconv.FormatInt(l.FencingToken, 10) + "&wait_ms=60000"
+	ch := sendAsync(ctx, srv, GET, target, "")
+	waitUntil(t, "the long poll watches", func() bool { return hub.Watchers() == 1 })
+	res := g.do(t, DELETE, "/locks/job", "", api.HeaderLeaseID, l.LeaseID)
+	if res.Status != http.StatusNoContent {
+		t.Fatalf("release: %s", res)
+	}
+	a = await(t, ch, 10*time.Second, "long poll on the holder's token")
+	checkContract(t, GET, target, a.res)
+	wantProblem(t, a.res, http.StatusNotFound, api.ProblemNotHeld)
+
+	// Nothing changes before wait_ms ends: the state then (free).
+	target = "/locks/job?after=0&wait_ms=20"
+	wantProblem(t, g.do(t, GET, target, ""), http.StatusNotFound, api.ProblemNotHeld)
+	// HEAD takes the same parameters.
+	if res := g.do(t, http.MethodHead, target, ""); res.Status != http.StatusNotFound {
+		t.Fatalf("HEAD long poll: %s", res)
+	}
+	if hub.Watchers() != 0 {
+		t.Fatalf("%d watchers left after the polls", hub.Watchers())
+	}
+}
+
+func TestLongPollParametersAreChecked(t *testing.T) {
+	g, _ := watchGateway(t, nil, nil)
+	for _, target := range []string{
+		"/locks/job?after=-1&wait_ms=10",
+		"/locks/job?after=0&wait_ms=300001",
+		"/locks/job?after=x&wait_ms=10",
+	} {
+		wantProblem(t, g.do(t, GET, target, ""), http.StatusBadRequest, api.ProblemInvalid)
+	}
+}
+
+func TestWatchersOverTheReplicasBoundGet429(t *testing.T) {
+	g, hub := watchGateway(t, &watch.Options{MaxWatchers: 1}, nil)
+	srv := g.serve(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := sendAsync(ctx, srv, GET, "/locks/job?after=0&wait_ms=60000", "")
+	waitUntil(t, "the first long poll watches", func() bool { return hub.Watchers() == 1 })
+	target := "/locks/other?after=0&wait_ms=60000"
+	res := g.do(t, GET, target, "")
+	wantProblem(t, res, http.StatusTooManyRequests, api.ProblemTooManyWatchers)
+	if res.Header.Get(api.HeaderRetryAfter) == "" {
+		t.Error("429 without Retry-After")
+	}
+	res = g.do(t, GET, "/locks/other", "", "Accept", api.MediaEventStream)
+	wantProblem(t, res, http.StatusTooManyRequests, api.ProblemTooManyWatchers)
+	cancel()
+	<-ch
+}
+
+// sseEvent is one Server-Sent Event as read.
+type sseEvent struct {
+	name, id string
+	data     api.WatchEvent
+}
+
+// readEvents reads SSE events from r onto the channel until r ends,
+// skipping comments; raw gets every line.
+func readEvents(r *bufio.Reader, out chan<- sseEvent, errs chan<- error) {
+	defer close(out)
+	var ev sseEvent
+	var data string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			errs <- err
+			return
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if ev.name != "" {
+				if err := json.Unmarshal([]byte(data), &ev.data); err != nil {
+					errs <- err
+					return
+				}
+				out <- ev
+			}
+			ev, data = sseEvent{}, ""
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "id: "):
+			ev.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "data: "):
+			data = strings.TrimPrefix(line, "data: ")
+		default:
+			errs <- errors.New("unexpected line " + strconv.Quote(line))
+			return
+		}
+	}
+}
+
+func nextEvent(t *testing.T, ch <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return sseEvent{}
+}
+
+func wantEvent(t *testing.T, ev sseEvent, name string, token int64) {
+	t.Helper()
+	if ev.name != name || ev.data.FencingToken != token || ev.id != strconv.FormatInt(token, 10) {
+		t.Fatalf("event %s id %s %+v, want %s with token %d", ev.name, ev.id, ev.data, name, token)
+	}
+}
+
+func TestStreamSeesAcquiredReleasedExpiredInTokenOrder(t *testing.T) {
+	// No poll: every event must come from this replica's own changes,
+	// the nodes' announcements or the TTL.
+	g, _ := watchGateway(t, &watch.Options{Poll: time.Hour}, nil)
+	srv := g.serve(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, GET, srv.URL+"/locks/job", nil)
+	req.Header.Set("Accept", api.MediaEventStream)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	checkContract(t, GET, "/locks/job", response{Status: resp.StatusCode, Header: resp.Header, Body: []byte("")})
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != api.MediaEventStream {
+		t.Fatalf("stream answered %d %s", resp.StatusCode, ct)
+	}
+	events, errs := make(chan sseEvent, 16), make(chan error, 1)
+	go readEvents(bufio.NewReader(resp.Body), events, errs)
+
+	wantEvent(t, nextEvent(t, events), "state", 0)
+	l1 := g.acquire(t, "job", "", `{"owner":"w1"}`)
+	ev := nextEvent(t, events)
+	wantEvent(t, ev, "acquired", l1.FencingToken)
+	if ev.data.Owner != "w1" || !ev.data.Held || ev.data.ExpiresAt == nil {
+		t.Fatalf("acquired event %+v: want owner w1, held, expires_at", ev.data)
+	}
+	if res := g.do(t, DELETE, "/locks/job", "", api.HeaderLeaseID, l1.LeaseID); res.Status != http.StatusNoContent {
+		t.Fatalf("release: %s", res)
+	}
+	wantEvent(t, nextEvent(t, events), "released", l1.FencingToken)
+	l2 := g.acquire(t, "job", "", `{"ttl_ms":200}`)
+	wantEvent(t, nextEvent(t, events), "acquired", l2.FencingToken)
+	wantEvent(t, nextEvent(t, events), "expired", l2.FencingToken)
+	if l2.FencingToken <= l1.FencingToken {
+		t.Fatalf("tokens %d then %d", l1.FencingToken, l2.FencingToken)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("stream: %v", err)
+	default:
+	}
+}
+
+func TestStreamNeverCarriesTheLeaseID(t *testing.T) {
+	g, _ := watchGateway(t, nil, nil)
+	srv := g.serve(t, nil)
+	l := g.acquire(t, "job", "", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, GET, srv.URL+"/locks/job", nil)
+	req.Header.Set("Accept", "text/html, "+api.MediaEventStream+";q=0.9")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(resp.Body)
+	var all strings.Builder
+	for !strings.Contains(all.String(), "\n\n") {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString(line)
+	}
+	cancel()
+	resp.Body.Close()
+	if !strings.Contains(all.String(), "event: state") || strings.Contains(all.String(), l.LeaseID) {
+		t.Fatalf("first event %q: want a state without the lease id", all.String())
+	}
+}
+
+func TestAnIdleStreamEnds(t *testing.T) {
+	g, hub := watchGateway(t, nil, &handlers.Options{StreamIdle: 50 * time.Millisecond, StreamHeartbeat: 10 * time.Millisecond})
+	srv := g.serve(t, nil)
+	req, _ := http.NewRequest(GET, srv.URL+"/locks/job", nil)
+	req.Header.Set("Accept", api.MediaEventStream)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body strings.Builder
+	b := make([]byte, 512)
+	for {
+		n, err := resp.Body.Read(b)
+		body.Write(b[:n])
+		if err != nil {
+			break // the server ended the stream
+		}
+	}
+	if !strings.Contains(body.String(), ": heartbeat\n\n") {
+		t.Fatalf("stream %q: no heartbeat before it ended", body.String())
+	}
+	waitUntil(t, "the stream's watcher leaves", func() bool { return hub.Watchers() == 0 })
+}
