@@ -75,7 +75,11 @@ func (s *server) longPoll(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	after, _ := strconv.ParseInt(q.Get("after"), 10, 64) // checked by the contract
 	waitMs, _ := strconv.ParseInt(q.Get("wait_ms"), 10, 64)
-	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(waitMs)*time.Millisecond)
+	wait := time.Duration(waitMs) * time.Millisecond
+	// The server's write timeout is sized for acquisitions' waits, which
+	// may be configured shorter than a long poll's.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + streamWriteTimeout))
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	ev, err := s.watch.Wait(ctx, resourceParam(r), after)
 	if err == nil && r.Context().Err() != nil {
