@@ -49,6 +49,7 @@ func badValues(t *testing.T) map[string][]string {
 		"max-waiters-per-caller": {"-1", "many", "10001" /* above -max-waiters */},
 		"max-watchers":           {"0", "-1", "many"},
 		"stream-idle":            {"x", "0s", "-1s"},
+		"watch-poll":             {"x", "0s", "-1s"},
 		"ui":                     {"yes", "on", "2"},
 		"log-level":              {"loud", "INFO", "trace"},
 		"auth-file":              {filepath.Join(dir, "absent"), garbled, empty},

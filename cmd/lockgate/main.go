@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return out
 	})
 
-	hub := watch.New(locker, &watch.Options{MaxWatchers: cfg.MaxWatchers})
+	hub := watch.New(locker, &watch.Options{MaxWatchers: cfg.MaxWatchers, Poll: cfg.WatchPoll})
 	defer hub.Close()
 	m.Watch(hub.Watchers, hub.EventsSent, hub.Dropped)
 

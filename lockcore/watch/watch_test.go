@@ -3,6 +3,8 @@ package watch_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -273,5 +275,43 @@ func waitFor(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not reached within 10s")
 		}
+	}
+}
+
+// BenchmarkIdleWatchers reports the heap that 1000 idle subscriptions on
+// 1000 resources hold (bytes per watcher) over three in-memory nodes, and
+// the reads their trackers make per second while nothing changes (one per
+// resource per Poll). Run on purpose, as BENCHMARKS.md says; not a test.
+func BenchmarkIdleWatchers(b *testing.B) {
+	const n = 1000
+	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+	rl, err := lockcore.New(nodes, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rl.Close()
+	for b.Loop() {
+		h := watch.New(rl, &watch.Options{MaxWatchers: n})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		subs := make([]*watch.Subscription, n)
+		for i := range subs {
+			s, err := h.Subscribe("r" + strconv.Itoa(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			subs[i] = s
+		}
+		for _, s := range subs {
+			<-s.C // its State: the tracker has read once
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-bytes/watcher")
+		for _, s := range subs {
+			s.Close()
+		}
+		h.Close()
 	}
 }
