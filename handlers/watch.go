@@ -17,6 +17,7 @@ import (
 // LockWatch is what watching a lock needs (*watch.Hub).
 type LockWatch interface {
 	Subscribe(resource string) (*watch.Subscription, error)
+	SubscribePrefix(prefix string) (*watch.PrefixSubscription, error)
 	Wait(ctx context.Context, resource string, after int64) (watch.Event, error)
 	Changed(resource string, how watch.Kind)
 	ForceReleasing(resource string) (done func(broke bool))
@@ -63,6 +64,8 @@ func watchFailed(w http.ResponseWriter, r *http.Request, err error) {
 			"this replica has its maximum number of watchers (-max-watchers); try again or another replica")
 	case errors.Is(err, watch.ErrClosed):
 		fail(w, r, lockcore.ErrClosed)
+	case errors.Is(err, watch.ErrNoListing):
+		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot list locks")
 	default:
 		fail(w, r, err)
 	}
@@ -114,6 +117,37 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sub.Close()
+	s.streamEvents(w, r, sub.C)
+}
+
+// streamPrefix answers GET /locks?prefix=… with Accept: text/event-stream:
+// the held locks whose names start with prefix, then every change of
+// them, as stream does for one lock. With grants (Options.Grants), the
+// prefix must lie within one of them: 403 otherwise.
+func (s *server) streamPrefix(w http.ResponseWriter, r *http.Request) {
+	prefix := r.URL.Query().Get("prefix")
+	if s.opt.Grants != nil {
+		grants, all := s.opt.Grants(r)
+		if parts := listParts(prefix, grants, all); len(parts) != 1 || parts[0] != prefix {
+			problem(w, r, http.StatusForbidden, apiForbidden, "this token may watch only a prefix within one of its "+
+				"resource-name prefixes; "+strconv.Quote(prefix)+" is not")
+			return
+		}
+	}
+	sub, err := s.watch.SubscribePrefix(prefix)
+	if err != nil {
+		watchFailed(w, r, err)
+		return
+	}
+	defer sub.Close()
+	s.streamEvents(w, r, sub.C)
+}
+
+// streamEvents writes events as Server-Sent Events until the client
+// leaves, the stream is idle for Options.StreamIdle, or the client reads
+// too slowly (events ends: its buffer filled, or a write takes longer than
+// streamWriteTimeout).
+func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, events <-chan watch.Event) {
 	rc := http.NewResponseController(w)
 	setOutcome(r, "watched")
 	h := w.Header()
@@ -139,12 +173,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			if !writeFlush(w, rc, ": heartbeat\n\n") {
 				return
 			}
-		case ev, ok := <-sub.C:
-			if !ok {
-				setOutcome(r, "dropped")
-				return
-			}
-			if !writeFlush(w, rc, sseEvent(ev)) {
+		case ev, ok := <-events:
+			if !ok || !writeFlush(w, rc, sseEvent(ev)) {
 				setOutcome(r, "dropped")
 				return
 			}

@@ -284,3 +284,70 @@ func TestAnIdleStreamEnds(t *testing.T) {
 	}
 	waitUntil(t, "the stream's watcher leaves", func() bool { return hub.Watchers() == 0 })
 }
+
+// openStream opens an event stream on target and returns its events.
+func openStream(t *testing.T, srv interface{ Client() *http.Client }, url, target string) (<-chan sseEvent, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, GET, url+target, nil)
+	req.Header.Set("Accept", api.MediaEventStream)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkContract(t, GET, target, response{Status: resp.StatusCode, Header: resp.Header, Body: []byte("")})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream %s answered %d", target, resp.StatusCode)
+	}
+	events, errs := make(chan sseEvent, 16), make(chan error, 1)
+	go readEvents(bufio.NewReader(resp.Body), events, errs)
+	return events, func() { cancel(); resp.Body.Close() }
+}
+
+func TestAPrefixStreamFollowsTheLocksUnderIt(t *testing.T) {
+	g, _ := watchGateway(t, &watch.Options{Poll: time.Hour}, nil)
+	srv := g.serve(t, nil)
+	j1 := g.acquire(t, "jobs.1", "", "")
+	events, stop := openStream(t, srv, srv.URL, "/locks?prefix=jobs.")
+	defer stop()
+	ev := nextEvent(t, events)
+	wantEvent(t, ev, "state", j1.FencingToken)
+	if ev.data.Resource != "jobs.1" {
+		t.Fatalf("state of %s, want jobs.1", ev.data.Resource)
+	}
+	g.acquire(t, "other", "", "") // not under the prefix
+	j2 := g.acquire(t, "jobs.2", "", "")
+	ev = nextEvent(t, events) // this replica took it: found at once
+	wantEvent(t, ev, "acquired", j2.FencingToken)
+	if ev.data.Resource != "jobs.2" {
+		t.Fatalf("acquired %s, want jobs.2", ev.data.Resource)
+	}
+	if res := g.do(t, DELETE, "/locks/jobs.1", "", api.HeaderLeaseID, j1.LeaseID); res.Status != http.StatusNoContent {
+		t.Fatalf("release: %s", res)
+	}
+	wantEvent(t, nextEvent(t, events), "released", j1.FencingToken)
+}
+
+func TestAPrefixStreamStaysWithinTheGrants(t *testing.T) {
+	grants := func(*http.Request) ([]string, bool) { return []string{"team-a."}, false }
+	g, _ := watchGateway(t, nil, &handlers.Options{Grants: grants})
+	for _, target := range []string{"/locks?prefix=", "/locks?prefix=team-b.", "/locks?prefix=team"} {
+		res := g.do(t, GET, target, "", "Accept", api.MediaEventStream)
+		wantProblem(t, res, http.StatusForbidden, api.ProblemForbidden)
+	}
+	srv := g.serve(t, nil)
+	events, stop := openStream(t, srv, srv.URL, "/locks?prefix=team-a.x")
+	defer stop()
+	g.acquire(t, "team-a.x1", "", "")
+	wantEvent(t, nextEvent(t, events), "acquired", nextTokenOf(t, g, "team-a.x1"))
+}
+
+// nextTokenOf returns the token resource is held with.
+func nextTokenOf(t *testing.T, g *gateway, resource string) int64 {
+	t.Helper()
+	info, err := g.locker.Inspect(context.Background(), resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Token
+}

@@ -27,6 +27,15 @@
 // replica is not reported. Tokens still tell what was missed: they grow
 // by at least one per holder.
 //
+// # Prefixes
+//
+// A PrefixSubscription lists its prefix (Lister) every Options.Poll, and
+// at once when this replica takes a lock under it (Changed), follows each
+// lock it finds held as a Subscription of its own into one shared buffer,
+// and lets one go when a listing no longer has it and its tracker last
+// read it free (checked in one step with leaving, so no event falls in
+// between).
+//
 // # Bounds
 //
 // Subscriptions are bounded per Hub (Options.MaxWatchers,

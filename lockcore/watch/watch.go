@@ -109,6 +109,7 @@ type Hub struct {
 
 	mu       sync.Mutex
 	trackers map[string]*tracker
+	prefixes map[*PrefixSubscription]struct{}
 	closed   bool
 	wg       sync.WaitGroup
 
@@ -119,7 +120,7 @@ type Hub struct {
 
 // New returns a Hub reading src.
 func New(src Source, opts *Options) *Hub {
-	return &Hub{src: src, opt: opts.withDefaults(), trackers: map[string]*tracker{}}
+	return &Hub{src: src, opt: opts.withDefaults(), trackers: map[string]*tracker{}, prefixes: map[*PrefixSubscription]struct{}{}}
 }
 
 // Watchers returns the number of open subscriptions.
@@ -138,6 +139,10 @@ func (h *Hub) Close() {
 	h.closed = true
 	ts := h.trackers
 	h.trackers = map[string]*tracker{}
+	for p := range h.prefixes {
+		p.sink.end(ErrClosed)
+		p.cancel()
+	}
 	h.mu.Unlock()
 	for _, t := range ts {
 		t.cancel()
@@ -153,13 +158,61 @@ type Subscription struct {
 	// C delivers the events, in the order they happened.
 	C <-chan Event
 
-	ch     chan Event
+	sink   *sink
 	h      *Hub
 	t      *tracker
-	primed bool  // got its State; t.mu
-	ended  bool  // C closed or left; t.mu
-	err    error // why C was closed; t.mu
-	once   sync.Once
+	primed bool // got its State; t.mu
+	ended  bool // left t; t.mu
+	// first, if set, replaces the State event (false: none is sent): a
+	// prefix subscription's view of a resource it found late.
+	first  func(Event) (Event, bool)
+	closed bool // h.mu
+}
+
+// sink is where subscriptions deliver: one channel, closed once with the
+// reason. A prefix subscription's resources share one.
+type sink struct {
+	mu    sync.Mutex
+	ch    chan Event
+	ended bool
+	err   error
+}
+
+func newSink(n int) *sink { return &sink{ch: make(chan Event, n)} }
+
+// put delivers ev; when the buffer is full it ends the sink as a slow
+// reader instead. It reports whether ev was delivered, and whether this
+// call ended the sink.
+func (k *sink) put(ev Event) (ok, dropped bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ended {
+		return false, false
+	}
+	select {
+	case k.ch <- ev:
+		return true, false
+	default:
+		k.ended, k.err = true, ErrSlowReader
+		close(k.ch)
+		return false, true
+	}
+}
+
+// end closes the sink with err, unless it has ended.
+func (k *sink) end(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.ended {
+		k.ended, k.err = true, err
+		close(k.ch)
+	}
+}
+
+func (k *sink) reason() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
 }
 
 // Subscribe starts watching resource. The first event is its State once
@@ -167,6 +220,11 @@ type Subscription struct {
 //
 // Errors: ErrTooManyWatchers; ErrClosed.
 func (h *Hub) Subscribe(resource string) (*Subscription, error) {
+	return h.subscribe(resource, newSink(h.opt.Buffer), nil)
+}
+
+// subscribe starts a subscription of resource that delivers to k.
+func (h *Hub) subscribe(resource string, k *sink, first func(Event) (Event, bool)) (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -181,8 +239,7 @@ func (h *Hub) Subscribe(resource string) (*Subscription, error) {
 		t = h.newTracker(resource)
 		h.trackers[resource] = t
 	}
-	ch := make(chan Event, h.opt.Buffer)
-	s := &Subscription{C: ch, ch: ch, h: h, t: t}
+	s := &Subscription{C: k.ch, sink: k, h: h, t: t, first: first}
 	t.mu.Lock()
 	t.subs[s] = struct{}{}
 	if t.st.known {
@@ -194,27 +251,38 @@ func (h *Hub) Subscribe(resource string) (*Subscription, error) {
 
 // Err says why C was closed: ErrSlowReader or ErrClosed; nil while open or
 // after Close.
-func (s *Subscription) Err() error {
-	s.t.mu.Lock()
-	defer s.t.mu.Unlock()
-	return s.err
-}
+func (s *Subscription) Err() error { return s.sink.reason() }
 
 // Close ends the subscription. It may be called more than once.
 func (s *Subscription) Close() {
-	s.once.Do(func() {
-		h, t := s.h, s.t
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		t.mu.Lock()
-		t.leave(s, nil)
-		empty := len(t.subs) == 0
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	s.closeLocked(false)
+}
+
+// closeLocked takes s out of its tracker, and stops the tracker if s was
+// its last subscription; with onlyIfFree, only if the tracker last read
+// the lock free, checked in the same step. It reports whether it closed
+// s now. h.mu must be held.
+func (s *Subscription) closeLocked(onlyIfFree bool) bool {
+	if s.closed {
+		return false
+	}
+	h, t := s.h, s.t
+	t.mu.Lock()
+	if onlyIfFree && !(t.st.known && !t.st.held) {
 		t.mu.Unlock()
-		if empty && h.trackers[t.resource] == t {
-			delete(h.trackers, t.resource)
-			t.cancel()
-		}
-	})
+		return false
+	}
+	s.closed = true
+	t.leave(s, nil)
+	empty := len(t.subs) == 0
+	t.mu.Unlock()
+	if empty && h.trackers[t.resource] == t {
+		delete(h.trackers, t.resource)
+		t.cancel()
+	}
+	return true
 }
 
 // lastError returns the error of the tracker's last failed read, if the
@@ -230,7 +298,14 @@ func (s *Subscription) lastError() error {
 // of at the next announcement or read. It costs nothing when nobody
 // watches resource.
 func (h *Hub) Changed(resource string, how Kind) {
-	t := h.tracker(resource)
+	h.mu.Lock()
+	if how == Acquired {
+		for p := range h.prefixes {
+			p.changed(resource)
+		}
+	}
+	t := h.trackers[resource]
+	h.mu.Unlock()
 	if t == nil {
 		return
 	}
@@ -498,25 +573,32 @@ func (t *tracker) prime(s *Subscription) {
 	if t.st.held {
 		ev.Held, ev.Token, ev.Owner, ev.TTL, ev.Expires = true, t.st.token, t.st.owner, t.st.ttl, t.st.expires
 	}
+	if s.first != nil {
+		var ok bool
+		if ev, ok = s.first(ev); !ok {
+			return
+		}
+	}
 	t.send(s, ev)
 }
 
-// send hands ev to s, or drops s when its buffer is full. t.mu must be
-// held.
+// send hands ev to s, or drops s's sink when its buffer is full. t.mu must
+// be held.
 func (t *tracker) send(s *Subscription, ev Event) bool {
-	select {
-	case s.ch <- ev:
+	ok, dropped := s.sink.put(ev)
+	if ok {
 		t.h.sent.Add(1)
 		return true
-	default:
-		t.h.dropped.Add(1)
-		t.leave(s, ErrSlowReader)
-		return false
 	}
+	if dropped {
+		t.h.dropped.Add(1)
+	}
+	t.leave(s, nil)
+	return false
 }
 
-// leave takes s out of t: with err, C is closed and Err returns err.
-// t.mu must be held.
+// leave takes s out of t; with err, its sink is ended with err. t.mu must
+// be held.
 func (t *tracker) leave(s *Subscription, err error) {
 	if s.ended {
 		return
@@ -525,8 +607,7 @@ func (t *tracker) leave(s *Subscription, err error) {
 	delete(t.subs, s)
 	t.h.watchers.Add(-1)
 	if err != nil {
-		s.err = err
-		close(s.ch)
+		s.sink.end(err)
 	}
 }
 
