@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -350,4 +353,76 @@ func nextTokenOf(t *testing.T, g *gateway, resource string) int64 {
 		t.Fatal(err)
 	}
 	return info.Token
+}
+
+// smallBuffers accepts connections whose kernel send buffer is small, so
+// that a client that stops reading stops the server's writes soon.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
+func TestAStreamThatIsNotReadIsDropped(t *testing.T) {
+	g, hub := watchGateway(t, &watch.Options{Poll: time.Hour}, nil)
+	srv := httptest.NewUnstartedServer(g.handler)
+	srv.Listener = smallBuffers{srv.Listener}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, GET, srv.URL+"/locks/job", nil)
+	req.Header.Set("Accept", api.MediaEventStream)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	waitUntil(t, "the stream watches", func() bool { return hub.Watchers() == 1 })
+	// A client that reads keeps up and stays.
+	events, stop := openStream(t, srv, srv.URL, "/locks/job")
+	defer stop()
+	go func() {
+		for range events {
+		}
+	}()
+	waitUntil(t, "the reader watches", func() bool { return hub.Watchers() == 2 })
+	// The first client reads nothing more. Each pair is two events of about
+	// 200 bytes; the socket buffers hold some tens of kilobytes, the
+	// subscription 16 events: well before 5000 pairs the stream is
+	// dropped instead of buffered.
+	rctx := context.Background()
+	pairs := 0
+	for ; hub.Dropped() == 0; pairs++ {
+		if pairs == 5000 {
+			t.Fatalf("not dropped after %d events sent", hub.EventsSent())
+		}
+		l, err := g.locker.Acquire(rctx, lockcore.AcquireRequest{Resource: "job", TTL: time.Hour, Owner: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hub.Changed("job", watch.Acquired)
+		if err := g.locker.Release(rctx, lockcore.ReleaseRequest{Resource: "job", LeaseID: l.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if pairs%50 == 49 { // let the tracker catch up with the changes
+			waitUntil(t, "the tracker reads", func() bool { return hub.EventsSent() > 0 })
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitUntil(t, "the dropped stream's watcher leaves", func() bool { return hub.Watchers() == 1 })
+	if hub.Dropped() != 1 {
+		t.Fatalf("%d streams dropped, want only the one that does not read", hub.Dropped())
+	}
+	t.Logf("dropped after %d pairs, %d events sent", pairs, hub.EventsSent())
 }
