@@ -89,6 +89,19 @@ type Options struct {
 	// Semaphores, if set, serves /semaphores/... (e.g. to export its InUse
 	// as a metric). Default: semaphores over the Locker, made by New.
 	Semaphores *semaphore.Semaphores
+	// Watch, if set, serves the long poll and the event stream of GET
+	// /locks/{resource} (see LockWatch). Default: a watch.Hub over the
+	// Locker when it can be watched (a *lockcore.Redlock), with its
+	// defaults; otherwise those requests answer as a plain GET.
+	Watch LockWatch
+	// StreamHeartbeat is how often an event stream without events gets a
+	// comment line, so that proxies keep it open and a client that left
+	// is found. Default 15s.
+	StreamHeartbeat time.Duration
+	// StreamIdle ends an event stream that had no event for that long;
+	// the client connects again and starts from the current state.
+	// Default 5m.
+	StreamIdle time.Duration
 }
 
 type server struct {
@@ -98,6 +111,7 @@ type server struct {
 	cursors  *cursorSeal
 	waiters  *waiterShares // nil: no share per caller
 	sems     *semaphore.Semaphores
+	watch    LockWatch // nil: no long poll, no stream
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -122,6 +136,12 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = time.Second
 	}
+	if o.StreamHeartbeat <= 0 {
+		o.StreamHeartbeat = defaultHeartbeat
+	}
+	if o.StreamIdle <= 0 {
+		o.StreamIdle = defaultStreamIdle
+	}
 	contract, err := newContract(lockgate.OpenAPI)
 	if err != nil {
 		return nil, err
@@ -132,6 +152,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if s.sems == nil {
 		s.sems = semaphore.New(locker)
 	}
+	s.watch = watchOf(&o, locker)
 	if o.WaitersPerCaller > 0 {
 		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
 	}
