@@ -40,25 +40,27 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 // lock before it (see AcquireRequest.fresh); later rounds of a waiting
 // request keep that.
 func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
-	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
+	_ = r.guard.ready(ctx) // before the clock starts; call reports its error
 	r.lates.wait(ctx, req.Resource, req.LeaseID)
 	if req.rounds != nil {
 		req.round = req.rounds.Add(1)
 	}
 	start := r.opt.Clock.Now()
 	na := r.nodeAcquire(*req)
-	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
-	rd.until(func(rd *round) bool { return r.decidedEarly(*req, rd) })
+	rd := r.call(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) },
+		func(v view) bool { return r.decidedEarly(*req, v) })
+	results := rd.Answers()
 	if !req.tried {
-		req.tried, req.fresh = true, !r.mayHold(rd.results)
+		req.tried, req.fresh = true, !r.mayHold(results)
 	}
-	lease, err := r.settle(ctx, *req, start, rd.results)
+	lease, err := r.settle(ctx, *req, start, results)
 	var ll *lateLease
-	if !rd.complete() {
+	var after func()
+	if !rd.Complete() {
 		ll = r.lates.begin(req.Resource, req.LeaseID)
-		rd.after = func() { r.lates.end(ll) }
+		after = func() { r.lates.end(ll) }
 	}
-	rd.rest(func(res nodeResult) { r.lateAcquire(*req, lease, ll, res) })
+	rd.Rest(func(res nodeResult) { r.lateAcquire(*req, lease, ll, res) }, after)
 	return lease, err
 }
 
@@ -70,10 +72,10 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 // said it re-entered makes the round wait for every node unless the lease
 // is known to have held nothing before the request: whether the lease
 // re-entered depends on every answer (see mayHold).
-func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
+func (r *Redlock) decidedEarly(req AcquireRequest, v view) bool {
 	ok, taken := 0, 0
-	for i, res := range rd.results {
-		if !rd.heard[i] || res.err != nil {
+	for i, res := range v.Answers {
+		if !v.Heard[i] || res.err != nil {
 			continue
 		}
 		switch res.reply.Status {
@@ -98,7 +100,7 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 }
 
 // lateAcquire acts on a node's answer to an acquisition round that came
-// after the round was decided (see round). For a lease id the client chose,
+// after the round was decided (see round.Rest). For a lease id the client chose,
 // it only raises counters (see the code for why); for a minted one:
 //   - the round granted lease: a node that granted it with a higher token
 //     than the one answered releases that copy (the token was never

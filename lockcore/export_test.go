@@ -1,6 +1,10 @@
 package lockcore
 
-import "time"
+import (
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore/internal/quorum"
+)
 
 // Settle waits until the late answers of r's decided calls have been acted
 // on, so that a test reads the nodes as the calls left them. A call is
@@ -10,27 +14,27 @@ import "time"
 func Settle(r *Redlock) { r.bg.wait() }
 
 // Graces returns how many of r's rounds have waited a grace for a node
-// still to answer (see round.until).
-func Graces(r *Redlock) int64 { return r.pace.graces.Load() }
+// still to answer (see quorum.Run).
+func Graces(r *Redlock) int64 { return r.q.Graces() }
 
-// SetGraceMin sets the least grace of r's rounds (see round.until). Call it
-// before r is used.
-func SetGraceMin(r *Redlock, d time.Duration) { r.pace.graceMin = d }
+// SetGraceMin sets the least grace of r's rounds (see quorum.Config). Call
+// it before r is used.
+func SetGraceMin(r *Redlock, d time.Duration) { r.q = quorum.New(r.quorumConfig(d, keptCallers())) }
 
 // Behind returns r.Behind().
 func Behind(r *Redlock) []bool { return r.Behind() }
 
 // Missed returns, by node, how many graces in a row it missed (at most 3).
 func Missed(r *Redlock) []int {
-	out := make([]int, len(r.pace.nodes))
+	out := make([]int, len(r.nodes))
 	for i := range out {
-		out[i] = int(r.pace.nodes[i].Load() & 3)
+		out[i] = r.q.Missed(i)
 	}
 	return out
 }
 
 // Pending returns how many of r's decided rounds still wait for late
-// answers (see round.rest).
+// answers (see round.Rest).
 func Pending(r *Redlock) int {
 	r.bg.mu.Lock()
 	defer r.bg.mu.Unlock()
@@ -38,13 +42,9 @@ func Pending(r *Redlock) int {
 }
 
 // Callers returns how many goroutines r keeps for its node calls, parked or
-// busy (see callers).
-func Callers(r *Redlock) int { return int(r.callers.live.Load()) }
-
-// KeepCallers makes r keep goroutines for its node calls, at most max of
-// them, also in a race build (see callers). Call it before r is used.
-func KeepCallers(r *Redlock, max int) { r.callers.keep, r.callers.max = true, int32(max) }
+// busy (see quorum.Config.Kept).
+func Callers(r *Redlock) int { return r.q.Kept() }
 
 // RaceBuild reports whether the package was built with -race, where rounds
-// keep no goroutines for node calls unless KeepCallers says so.
+// keep no goroutines for node calls.
 const RaceBuild = raceBuild

@@ -23,7 +23,7 @@ import (
 // The hand-off runs to its end even if ctx ends: next's answer depends on it.
 func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
 	hctx := context.WithoutCancel(ctx)
-	_ = r.guard.ready(ctx)                                  // before the clock starts; fanout reports its error
+	_ = r.guard.ready(ctx)                                  // before the clock starts; call reports its error
 	r.lates.wait(hctx, next.req.Resource, next.req.LeaseID) // see lateLease
 	// The hand-off is a round of the waiter's request (see
 	// AcquireRequest.superseded).
@@ -70,8 +70,8 @@ type handOff struct {
 	req    ReleaseRequest
 	next   *waiter
 	na     NodeAcquire
-	grants []NodeReply // by node, written by its call before it answers
-	view   round       // early's view of the grants heard, reused
+	grants []NodeReply  // by node, written by its call before it answers
+	view   []nodeResult // early's view of the grants heard, reused
 
 	// Set before settled is closed, for the late answers.
 	lease   *Lease
@@ -107,18 +107,17 @@ func (h *handOff) grant(res nodeResult) nodeResult {
 
 // early decides the hand-off once the nodes heard both released the lock
 // (see Redlock.matched) and granted it to next (see Redlock.decidedEarly).
-func (h *handOff) early(rd *round) bool {
-	if !h.r.matched(rd) {
+func (h *handOff) early(v view) bool {
+	if !h.r.matched(v) {
 		return false
 	}
-	if h.view.results == nil {
-		h.view.results = make([]nodeResult, len(rd.results))
+	if h.view == nil {
+		h.view = make([]nodeResult, len(v.Answers))
 	}
-	for i, res := range rd.results {
-		h.view.results[i] = h.grant(res)
+	for i, res := range v.Answers {
+		h.view[i] = h.grant(res)
 	}
-	h.view.heard = rd.heard
-	return h.r.decidedEarly(h.next.req, &h.view)
+	return h.r.decidedEarly(h.next.req, view{Answers: h.view, Heard: v.Heard})
 }
 
 // late acts on a node's answer that came after the hand-off was decided: a
