@@ -1,6 +1,8 @@
 package lockcore
 
 import (
+	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/lockcore/internal/quorum"
@@ -48,3 +50,15 @@ func Callers(r *Redlock) int { return r.q.Kept() }
 // RaceBuild reports whether the package was built with -race, where rounds
 // keep no goroutines for node calls.
 const RaceBuild = raceBuild
+
+// TwoRounds runs two acquisition rounds of one waiting request, as its
+// waiting room would: the first with a live context, then between, then
+// the second with second (see attempt).
+func TwoRounds(r *Redlock, req AcquireRequest, second context.Context, between func()) (first *Lease, err error) {
+	q := acquisition{AcquireRequest: req, minted: true, rounds: new(atomic.Int64)}
+	q.LeaseID = NewLeaseID()
+	first, err = r.tryAcquire(context.Background(), &q)
+	between()
+	_, _ = r.tryAcquire(second, &q)
+	return first, err
+}
