@@ -62,3 +62,33 @@ func TwoRounds(r *Redlock, req AcquireRequest, second context.Context, between f
 	_, _ = r.tryAcquire(second, &q)
 	return first, err
 }
+
+// ShortestTTL returns shortestTTL of results made of replies (by node) and
+// errs (nil where the node answered).
+func ShortestTTL(replies []NodeReply, errs []error) time.Duration {
+	return shortestTTL(results(replies, errs))
+}
+
+// FailAll returns the errors of a round that fails at once with err (see
+// failAll), by node.
+func FailAll(nodes []Node, err error) []error {
+	var out []error
+	for _, res := range failAll(nodes, err) {
+		out = append(out, res.err)
+	}
+	return out
+}
+
+// GrantedLate returns grantedLate of a late answer (reply, err) to a
+// round of a request whose lease was minted for it or known fresh.
+func GrantedLate(minted, fresh bool, reply NodeReply, err error) bool {
+	return grantedLate(attempt{minted: minted, fresh: fresh}, nodeResult{reply: reply, err: err})
+}
+
+func results(replies []NodeReply, errs []error) []nodeResult {
+	out := make([]nodeResult, len(replies))
+	for i := range replies {
+		out[i] = nodeResult{i: i, reply: replies[i], err: errs[i]}
+	}
+	return out
+}
