@@ -52,6 +52,14 @@ func (f *fakes) gate(t *testing.T, i int) (open func()) {
 	return open
 }
 
+// pass lets node i's later calls through; a call held already stays so
+// until its gate opens.
+func (f *fakes) pass(i int) {
+	f.mu.Lock()
+	delete(f.gates, i)
+	f.mu.Unlock()
+}
+
 func (f *fakes) call(ctx context.Context, i int) ans {
 	f.mu.Lock()
 	g, err := f.gates[i], f.fail[i]
@@ -245,6 +253,35 @@ func TestABehindNodeIsNotWaitedFor(t *testing.T) {
 	g.idle(t)
 	if g.Behind(2) || g.Missed(2) != 0 {
 		t.Fatalf("node 2 missed %d after answering within the grace it would have had; want 0", g.Missed(2))
+	}
+}
+
+// Rule 6: a late answer to an older call does not undo what a newer call
+// found. Node 2, behind, is held in call A (which does not wait for it),
+// answers call B in time, then answers A after A's grace: that late
+// answer is not judged.
+func TestAnOlderCallDoesNotUndoANewerJudgement(t *testing.T) {
+	g, f := newGroup(t, time.Millisecond), newFakes(3)
+	g.pace.judge(2, g.pace.calls.Add(1), false)
+	g.pace.judge(2, g.pace.calls.Add(1), false)
+	openA := f.gate(t, 2)
+	a := g.run(t, context.Background(), f, twoOK)
+	if a.Complete() || a.ranOut {
+		t.Fatalf("call A: complete %v, expired %v; want node 2 not waited for", a.Complete(), a.ranOut)
+	}
+	graceEnd := a.timing.end
+	a.Rest(nil, nil)
+	f.pass(2)
+	b := g.run(t, context.Background(), f, func(v View[ans]) bool { return v.Heard[2] })
+	b.Rest(nil, nil)
+	if g.Missed(2) != 0 {
+		t.Fatalf("node 2 missed %d after answering call B in time, want 0", g.Missed(2))
+	}
+	eventually(t, "call A's grace over", func() bool { return time.Now().After(graceEnd) })
+	openA()
+	g.idle(t)
+	if g.Missed(2) != 0 {
+		t.Fatalf("node 2 missed %d after its late answer to the older call A, want 0", g.Missed(2))
 	}
 }
 
