@@ -21,7 +21,10 @@ func Graces(r *Redlock) int64 { return r.q.Graces() }
 
 // SetGraceMin sets the least grace of r's rounds (see quorum.Config). Call
 // it before r is used.
-func SetGraceMin(r *Redlock, d time.Duration) { r.q = quorum.New(r.quorumConfig(d, keptCallers())) }
+func SetGraceMin(r *Redlock, d time.Duration) {
+	r.q.Close()
+	r.q = quorum.New(r.quorumConfig(d, keptCallers()))
+}
 
 // Behind returns r.Behind().
 func Behind(r *Redlock) []bool { return r.Behind() }
