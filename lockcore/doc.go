@@ -25,14 +25,14 @@
 // majority within the new validity as well. Release is sent to every node.
 //
 // A call is answered once a majority has settled it (see answerAtQuorum in
-// round.go): acquisitions, hand-offs, extends,
+// round.go, and package internal/quorum for the rules): acquisitions, hand-offs, extends,
 // releases, fencing write-backs and inspections that a majority of the
 // nodes heard so far grant or confirm do not wait for the others beyond a
 // grace period, until the call has taken twice as long as it had when a
 // quorum answered (at least 0.5 ms more; healthy nodes answer within it),
 // so a slow or hung minority does not slow them. A node that missed the
 // grace of two calls in a row gets none until it answers a call in time
-// again (see pace in pace.go), so a node that stays slow costs the graces
+// again (rule 6 of internal/quorum), so a node that stays slow costs the graces
 // of the calls under way until then, not one per call. Failures wait for every node (up to NodeTimeout), since
 // the kind of failure depends on every answer; so does an extend or
 // release that a node refused for another token (If-Match), and an

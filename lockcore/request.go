@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -24,32 +23,6 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// Owner is a free label shown by Inspect.
 	Owner string
-
-	// minted is set when Acquire minted LeaseID: such a lease cannot hold
-	// anything from an earlier request.
-	minted bool
-	// fresh is set when the request's first round showed that the lease did
-	// not hold the lock before the request (see mayHold), or, for a request
-	// that joined a queue without trying, when its retry check found that
-	// the lease holds no quorum (see waitRoom.acquire): a node that says
-	// it re-entered then holds a copy from this request's own earlier round
-	// (whose answer was lost) or a stray minority copy, and the answer is a
-	// new grant. tried is set after the first round.
-	fresh, tried bool
-	// rounds counts a waiting request's rounds (nil for one that does not
-	// wait), and round is the number of the round a copy of the request
-	// belongs to (see superseded).
-	rounds *atomic.Int64
-	round  int64
-}
-
-// superseded reports whether a later round of the request has begun since
-// the round req is a copy of. A clean-up of that round's copies (undoOn,
-// retryUndo) must then stop: the request's lease id is the same in every
-// round, so a release sent for the earlier round would free the later
-// round's grant (the lease would then answer 404 to its holder).
-func (req AcquireRequest) superseded() bool {
-	return req.rounds != nil && req.rounds.Load() != req.round
 }
 
 // Waits reports whether the request may wait for a held lock.
