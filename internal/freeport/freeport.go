@@ -16,6 +16,10 @@ import (
 	"testing"
 )
 
+// listenAny binds a port the kernel chooses; a variable so that a test can
+// play a kernel that hands out a freed port again at once.
+var listenAny = func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
 // attempts bounds how many kernel-chosen ports one pick tries before it
 // gives up on finding one whose offset ports are free too.
 const attempts = 50
@@ -106,7 +110,7 @@ func pickOne(offsets []int) ([]net.Listener, int, error) {
 // tryOne binds one kernel-chosen port and then its offset ports; it
 // returns no listeners (and no error) when an offset port is taken.
 func tryOne(offsets []int) ([]net.Listener, int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listenAny()
 	if err != nil {
 		return nil, 0, err
 	}
