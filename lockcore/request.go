@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -158,8 +160,40 @@ func NewLeaseID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// PermitSep joins a semaphore's name and a permit's number into the
+// resource name of the permit's lock ("jobs/2", see PermitResource). It
+// lies outside the resource alphabet, so a permit's lock never shares its
+// name with a lock that ValidResource accepts, and List never shows it.
+const PermitSep = '/'
+
+// MaxPermits bounds a semaphore's number of permits.
+const MaxPermits = 64
+
+// PermitResource returns the resource name of the lock that is permit i of
+// the semaphore name (a valid resource name, 0 <= i < MaxPermits).
+// Acquire, Extend, Release, Inspect and ForceRelease accept it; it is no
+// valid resource name for ValidResource, so it cannot collide with a lock.
+func PermitResource(name string, i int) string {
+	return name + string(PermitSep) + strconv.Itoa(i)
+}
+
+// validPermit reports whether name is a PermitResource name.
+func validPermit(name string) bool {
+	base, num, ok := strings.Cut(name, string(PermitSep))
+	if !ok || !ValidResource(base) || num == "" || len(num) > 2 || (len(num) > 1 && num[0] == '0') {
+		return false
+	}
+	for j := range len(num) {
+		if num[j] < '0' || num[j] > '9' {
+			return false // only the canonical form: "x/+1" must not alias "x/1"
+		}
+	}
+	i, _ := strconv.Atoi(num)
+	return i < MaxPermits
+}
+
 func (r *Redlock) checkResource(name string) error {
-	if !ValidResource(name) {
+	if !ValidResource(name) && !validPermit(name) {
 		return &InvalidError{Field: "resource", Reason: "must be 1 to 200 characters of A-Z a-z 0-9 . _ - :"}
 	}
 	return nil
