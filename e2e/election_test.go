@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -117,11 +118,11 @@ func TestElectionSurvivesKilledLeaders(t *testing.T) {
 	for _, n := range redistest.StartN(t, 3, nil) {
 		urls = append(urls, n.URL())
 	}
-	gws := []*proc{start(t, lockgate, "-redis", strings.Join(urls, ",")), start(t, lockgate, "-redis", strings.Join(urls, ","))}
+	gws := []*gatewaytest.Process{start(t, lockgate, "-redis", strings.Join(urls, ",")), start(t, lockgate, "-redis", strings.Join(urls, ","))}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const election, ttl = "election", 2 * time.Second
-	observers := []*observer{observeElection(t, ctx, gws[0].base, election), observeElection(t, ctx, gws[1].base, election)}
+	observers := []*observer{observeElection(t, ctx, gws[0].URL, election), observeElection(t, ctx, gws[1].URL, election)}
 	eventually(t, "the observers' first answer", func() bool {
 		return len(observers[0].seen()) > 0 && len(observers[1].seen()) > 0
 	})
@@ -129,7 +130,7 @@ func TestElectionSurvivesKilledLeaders(t *testing.T) {
 	dir := t.TempDir()
 	var cs []*campaigner
 	for i := range 3 {
-		cs = append(cs, campaign(t, lockgate, gws[i%2].base, election, fmt.Sprintf("c%d", i), dir, ttl))
+		cs = append(cs, campaign(t, lockgate, gws[i%2].URL, election, fmt.Sprintf("c%d", i), dir, ttl))
 	}
 	leaders := func() (who []int) {
 		for i, c := range cs {
