@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
+	"github.com/lockgate/lockgate/internal/freeport"
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/proc"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
@@ -29,36 +30,9 @@ import (
 // protection off.
 const UnsafeEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// gatewayBinary builds ./cmd/lockgate once per test run.
-func gatewayBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "lockgate-chaos-")
-		if buildErr != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "lockgate"), "../cmd/lockgate").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/lockgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "lockgate")
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	gatewaytest.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -164,7 +138,7 @@ type cluster struct {
 // data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
-	bin := gatewayBinary(t)
+	bin := gatewaytest.Binary(t, "lockgate")
 	// Redis records every event slower than 25 ms (collected by stallLog):
 	// an fsync that holds a node up shows there. The nodes sync their AOF
 	// once a second, as docs/operations.md now recommends: a restarted
@@ -189,7 +163,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		env = append(env, UnsafeEnv+"=1")
 	}
 	for range 3 {
-		g := &gateway{t: t, bin: bin, addr: freeAddr(t), env: env, log: &logTail{max: 64 << 10},
+		g := &gateway{t: t, bin: bin, addr: freeport.Addr(t), env: env, log: &logTail{max: 64 << 10},
 			args: []string{"-redis", strings.Join(urls, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
 				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
 		if err := g.launch(); err != nil {
@@ -226,16 +200,6 @@ func (c *cluster) healAll() {
 			g.resume()
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // memory reads DBSIZE and INFO memory from every node.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/freeport"
 )
 
 // Cluster is a Redis Cluster of redis-server processes owned by a test:
@@ -82,7 +84,7 @@ func (s *Server) startCluster(t testing.TB) {
 	t.Helper()
 	var lastErr error
 	for range 10 {
-		port, err := freeClusterPort()
+		port, err := freeport.Port(freeport.AlsoFree(10000)) // the bus port too
 		if err != nil {
 			t.Fatalf("redistest: no free port pair: %v", err)
 		}
@@ -93,27 +95,6 @@ func (s *Server) startCluster(t testing.TB) {
 		}
 	}
 	t.Fatalf("redistest: cluster redis-server did not start: %v", lastErr)
-}
-
-// freeClusterPort returns a loopback port p such that p and p+10000 (a
-// cluster node's bus port) are both free now.
-func freeClusterPort() (int, error) {
-	for range 100 {
-		p, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		if p+10000 > 65535 {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return p, nil
-	}
-	return 0, fmt.Errorf("no port p with p+10000 free in 100 tries")
 }
 
 // URL is the cluster's redis-cluster:// URL, listing every server.

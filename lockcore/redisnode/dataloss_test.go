@@ -152,7 +152,15 @@ func TestALaggingNodeThenAnEmptyRestart(t *testing.T) {
 			for range map[bool]int{true: 3}[protect] {
 				top = max(top, cycle(t, rl, res))
 			}
-			time.Sleep(50 * time.Millisecond) // let the catch-up land
+			// C restarted: a new process, so it serves again only once the
+			// guard recovered it from A and B. A restart of A before that
+			// leaves no two nodes to recover either from.
+			if protect && !poll(10*time.Second, func() bool {
+				h := health(t, c)
+				return h.Initialized && !h.Quarantined && !h.Lost
+			}) {
+				t.Fatalf("C not back in service 10 s after its restart: %+v", health(t, c))
+			}
 			restartEmpty(t, a)
 			b.Pause()
 			l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
