@@ -26,32 +26,44 @@ import (
 )
 
 // UnsafeEnv is the test-only switch that turns the gateway's data-loss
-// protection off.
+// protection off, in a gateway built with the lockgate_unprotected tag
+// (gatewayBinary(t, true)); a production build ignores it.
 const UnsafeEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
 
 var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
+	buildMu sync.Mutex
+	binDir  string
+	built   = map[bool]string{} // by unsafe: the binary built
 )
 
-// gatewayBinary builds ./cmd/lockgate once per test run.
-func gatewayBinary(t *testing.T) string {
+// gatewayBinary builds ./cmd/lockgate once per test run, or, when unsafe,
+// a build with the lockgate_unprotected tag, in which UnsafeEnv turns the
+// data-loss protection off.
+func gatewayBinary(t *testing.T, unsafe bool) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "lockgate-chaos-")
-		if buildErr != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "lockgate"), "../cmd/lockgate").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/lockgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := built[unsafe]; ok {
+		return bin
 	}
-	return filepath.Join(binDir, "lockgate")
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "lockgate-chaos-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	bin, args := filepath.Join(binDir, "lockgate"), []string{"build"}
+	if unsafe {
+		bin += "-unprotected"
+		args = append(args, "-tags", "lockgate_unprotected")
+	}
+	out, err := exec.Command("go", append(args, "-o", bin, "../cmd/lockgate")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	built[unsafe] = bin
+	return bin
 }
 
 func TestMain(m *testing.M) {
@@ -164,7 +176,7 @@ type cluster struct {
 // data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
-	bin := gatewayBinary(t)
+	bin := gatewayBinary(t, unsafe)
 	// Redis records every event slower than 25 ms (collected by stallLog):
 	// an fsync that holds a node up shows there. The nodes sync their AOF
 	// once a second, as docs/operations.md now recommends: a restarted

@@ -40,7 +40,7 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 // behind, such a node would weaken the fencing argument once another node
 // loses its data (see the package doc).
 func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeResult) {
-	if r.opt.UnsafeNoLossProtection {
+	if r.unprotected {
 		return
 	}
 	for i, res := range results {
@@ -74,7 +74,7 @@ func (r *Redlock) nodeCall(i int, fn func(ctx context.Context, n Node) (NodeRepl
 // raiseOn raises node i's counter for resource, and lease's token there,
 // to token (see fence).
 func (r *Redlock) raiseOn(i int, resource, lease string, token int64) {
-	if r.opt.UnsafeNoLossProtection {
+	if r.unprotected {
 		return
 	}
 	r.nodeCall(i, func(ctx context.Context, n Node) (NodeReply, error) {

@@ -213,7 +213,7 @@ func (g *guard) pass(ctx context.Context) {
 	g.mu.Lock()
 	g.last, g.lastAt = res, time.Now()
 	g.mu.Unlock()
-	if g.r.opt.UnsafeNoLossProtection {
+	if g.r.unprotected {
 		return
 	}
 	if g.fresh(res) {

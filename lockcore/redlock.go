@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/unprotected"
 )
 
 // Clock tells time and sets timers, for everything a Redlock times:
@@ -70,11 +72,6 @@ type Options struct {
 	// refused writes and the end of its quarantine (see the package doc).
 	// Default 1s.
 	CheckInterval time.Duration
-	// UnsafeNoLossProtection turns off the detection, quarantine and repair
-	// of nodes that lost data, and the catch-up of lagging counters: the
-	// behaviour before they existed, for tests that show what they prevent.
-	// Never in production.
-	UnsafeNoLossProtection bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -126,10 +123,14 @@ type Redlock struct {
 	// handOff is true when every node is a HandOffer.
 	handOff bool
 	guard   *guard
-	lates   lateLeases // acquisitions answered with calls still under way
-	bg      background // rounds whose late answers are being acted on
-	pace    pace       // which nodes the rounds' graces wait for
-	callers *callers   // the goroutines that make the rounds' node calls
+	// unprotected is set when every node runs with the data-loss
+	// protection off (internal/unprotected: tests only): the guard then
+	// only checks, and no lagging counter is raised in the background.
+	unprotected bool
+	lates       lateLeases // acquisitions answered with calls still under way
+	bg          background // rounds whose late answers are being acted on
+	pace        pace       // which nodes the rounds' graces wait for
+	callers     *callers   // the goroutines that make the rounds' node calls
 	// unheard holds, by node, the error a round's result holds until the
 	// node answers (errUnheard): made once, shared by every round.
 	unheard []error
@@ -158,6 +159,7 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 		}
 		r.unheard = append(r.unheard, &NodeError{Node: n.String(), Err: errUnheard})
 	}
+	r.unprotected = unprotected.All(nodes)
 	r.waits = newWaitRoom(r)
 	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)

@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/internal/unprotected"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
@@ -63,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
 	logConfig(log, cfg)
 
-	cfg.unprotected = getenv(unprotectedEnv) == "1"
+	cfg.unprotected = unprotectedMode(getenv, log)
 	nodes, closeNodes, err := openNodes(cfg, log)
 	if err != nil {
 		return err
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	locker, err := lockcore.New(nodes, &lockcore.Options{
 		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
 		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
-		Observer: nodeLog{m, log}, UnsafeNoLossProtection: unprotected(getenv, log),
+		Observer: nodeLog{m, log},
 	})
 	if err != nil {
 		return err
@@ -167,10 +168,13 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 		}
 	}
 	for _, u := range cfg.Redis {
-		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: cfg.unprotected})
+		n, err := redisnode.New(u)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("bad setting -redis (LOCKGATE_REDIS): %s: %w", redactURL(u), err)
+		}
+		if cfg.unprotected {
+			n.Unprotect(unprotected.Key{})
 		}
 		nodes = append(nodes, n)
 		rn = append(rn, n)
@@ -182,14 +186,17 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 	return nodes, closeAll, nil
 }
 
-// unprotectedEnv turns off the detection of nodes that lost data. It is for
-// the fault-injection suite, which shows what the protection prevents; it
-// is not a documented setting.
+// unprotectedEnv turns off the detection of nodes that lost data, in a
+// gateway built with the lockgate_unprotected tag only (unprotectedBuild):
+// the fault-injection suite builds one to show what the protection
+// prevents. A production build never reads it.
 const unprotectedEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
 
-// unprotected reads unprotectedEnv, and warns loudly when it is set.
-func unprotected(getenv func(string) string, log zerolog.Logger) bool {
-	if getenv(unprotectedEnv) != "1" {
+// unprotectedMode reports whether this gateway runs with the protection
+// off: a build with the lockgate_unprotected tag and unprotectedEnv set to
+// 1. It warns loudly when it does.
+func unprotectedMode(getenv func(string) string, log zerolog.Logger) bool {
+	if !unprotectedBuild || getenv(unprotectedEnv) != "1" {
 		return false
 	}
 	log.Warn().Str("env", unprotectedEnv).Msg("UNSAFE: data-loss protection is off; a node that loses its data " +
