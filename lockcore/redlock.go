@@ -161,8 +161,8 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	}
 	r.unprotected = unprotected.All(nodes)
 	r.waits = newWaitRoom(r)
-	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
+	r.guard = newGuard(r)
 	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
 	r.pace.graceMin = graceMin
 	r.callers = newCallers(maxCallers, !raceBuild)
