@@ -36,7 +36,8 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 
 // catchUp raises, in the background, the counters of the nodes that did not
 // answer token: those that answered lower (they missed grants while down or
-// slow) and those that did not answer (other than quarantined ones). Left
+// slow) and those that did not answer (other than quarantined ones). Close
+// waits for the raises. Left
 // behind, such a node would weaken the fencing argument once another node
 // loses its data (see the package doc).
 func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeResult) {
@@ -50,7 +51,7 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 		if !behind && !unheard {
 			continue
 		}
-		go r.raiseOn(i, resource, lease, token)
+		r.bg.run(func() { r.raiseOn(i, resource, lease, token) })
 	}
 }
 

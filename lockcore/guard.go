@@ -96,6 +96,9 @@ type guard struct {
 	// nodes are the Redlock's nodes, and checks the same nodes with their
 	// Check reported to the Observer.
 	nodes, checks []GuardNode
+	// ctx is the guard's passes' context, cancelled by close.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	startMu sync.Mutex    // held by the first pass
 	started atomic.Bool   // the first pass is done and the loop runs
@@ -144,6 +147,7 @@ func newGuard(r *Redlock) *guard {
 	g := &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		states: make([]NodeReport, len(r.nodes)), suspects: make([]atomic.Bool, len(r.nodes)),
 		audited: make([]time.Time, len(r.nodes))}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	for i, n := range r.nodes {
 		g.nodes = append(g.nodes, n)
 		g.checks = append(g.checks, r.calls[i])
@@ -198,6 +202,7 @@ func (g *guard) close() {
 		return
 	}
 	close(g.stop)
+	g.cancel()
 	if g.started.Load() {
 		<-g.done
 	}
@@ -210,8 +215,6 @@ func (g *guard) close() {
 
 func (g *guard) loop() {
 	defer close(g.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Real time, not Options.Clock: the checks are I/O against the nodes'
 	// own clocks, and a fake clock driving waits in tests must not move
 	// them (nor they it).
@@ -224,16 +227,7 @@ func (g *guard) loop() {
 		case <-g.kick:
 		case <-t.C:
 		}
-		pctx, stop := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-g.stop:
-			case <-pctx.Done():
-			}
-			stop()
-		}()
-		g.pass(pctx)
-		stop()
+		g.pass(g.ctx) // close cancels g.ctx, ending a pass under way
 	}
 }
 

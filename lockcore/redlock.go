@@ -186,14 +186,18 @@ func (r *Redlock) Limits() (minTTL, maxTTL, maxWait time.Duration) {
 }
 
 // Close ends every wait in progress with ErrClosed, stops checking the
-// nodes and lets go of the goroutines kept for node calls (up to 256 stay
-// parked between calls until then). Later Acquire calls with a wait fail
-// with ErrClosed; other calls still work (their node calls on goroutines
-// that are not kept), but a node that loses data after Close is no longer
-// found. Close may be called more than once.
+// nodes, lets go of the goroutines kept for node calls (up to 256 stay
+// parked between calls until then), and returns once every goroutine the
+// Redlock started in the background has ended: the guard's, those that act
+// on late answers (each ends by its calls' NodeTimeout), and the fencing
+// catch-ups. Later Acquire calls with a wait fail with ErrClosed; other
+// calls still work (their node calls on goroutines that are not kept), but
+// a node that loses data after Close is no longer found. Close may be
+// called more than once.
 func (r *Redlock) Close() {
 	r.waits.close()
 	r.guard.close()
+	r.bg.wait()
 	r.callers.close()
 }
 
