@@ -157,7 +157,11 @@ func TestALaggingNodeThenAnEmptyRestart(t *testing.T) {
 			for range map[bool]int{true: 3}[protect] {
 				top = max(top, cycle(t, rl, res))
 			}
-			time.Sleep(50 * time.Millisecond) // let the catch-up land
+			// The grants raise C in the background (its catch-up, or its
+			// repair from A and B): wait until it holds the last token.
+			if protect && !poll(10*time.Second, func() bool { return tokensOf(t, c, res) >= top }) {
+				t.Fatalf("C's counter %d after 10 s, below the last token %d", tokensOf(t, c, res), top)
+			}
 			restartEmpty(t, a)
 			b.Pause()
 			l, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: res, TTL: time.Second})
