@@ -6,6 +6,28 @@ import (
 	"time"
 )
 
+// HeldLock is one lock a node holds, as Adopter takes it in.
+type HeldLock struct {
+	Resource string
+	NodeLock
+}
+
+// Adopter is implemented by nodes that can recover from the other nodes
+// instead of waiting out a quarantine of the largest TTL (see the package
+// doc, "Nodes that lose their data"): the guard reads the locks that
+// enough other nodes hold and hands them to AdoptLocks before Repair puts
+// the node back in service.
+type Adopter interface {
+	// AdoptLocks takes in locks held on other nodes, each with at least its
+	// Remaining time to live: a free lock becomes held for the lease with
+	// the lock's token; a lock held here for another lease becomes held for
+	// no lease until the later of the two expiries (neither lease may then
+	// extend or take it here). The larger token stays. It acts only while
+	// the node's epoch is epoch, as Repair does, and fails with
+	// ErrNodeChanged otherwise.
+	AdoptLocks(ctx context.Context, locks []HeldLock, epoch string) error
+}
+
 // suspect records that a lock operation found node i out of service, and
 // asks for a pass: the node may be quarantined, or, if its check finds it
 // in service, a slot of it lost its counter (see audit).
