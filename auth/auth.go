@@ -40,7 +40,8 @@
 //
 // # What is guaranteed
 //
-// Requests to /locks and /locks/... need "Authorization: Bearer <token>".
+// Requests to /locks, /locks/... and /semaphores/... need "Authorization:
+// Bearer <token>"; a semaphore's name is the resource its prefixes match.
 // Without a known token they get 401 with WWW-Authenticate: Bearer; with a
 // known token whose methods or prefixes do not cover the request they get
 // 403. Both answers are application/problem+json bodies that never contain
@@ -250,7 +251,7 @@ func (e *entry) allows(method, resource string) bool {
 	return false
 }
 
-// Middleware guards /locks and /locks/...: 401 without a known bearer token,
+// Middleware guards /locks, /locks/... and /semaphores/...: 401 without a known bearer token,
 // 403 when the token does not allow the request's method on its resource
 // (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
 // listing GET /locks, which the handler keeps within Grants).
@@ -342,11 +343,18 @@ func (p *Policy) Grants(r *http.Request) (prefixes []string, all bool) {
 	return slices.Clone(e.prefixes), false
 }
 
-// resourceOf returns the resource name of a /locks/{resource} path and
-// whether the path is guarded. The name is taken from the decoded path, the
+// resourceOf returns the resource name of a /locks/{resource} or
+// /semaphores/{resource}/... path and whether the path is guarded. The name is taken from the decoded path, the
 // way a prefix is written; a name with characters outside the resource
 // alphabet is refused by request validation after this check.
 func resourceOf(path string) (string, bool) {
+	if rest, ok := strings.CutPrefix(path, "/semaphores/"); ok {
+		// A semaphore's name is its resource; the methods are those of
+		// its routes (PUT takes a permit, PATCH and DELETE extend and
+		// give one back, GET reads it).
+		name, _, _ := strings.Cut(rest, "/")
+		return name, true
+	}
 	if path == "/locks" {
 		return "", true
 	}

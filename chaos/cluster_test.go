@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,56 +20,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
+	"github.com/lockgate/lockgate/internal/freeport"
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/proc"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
 // UnsafeEnv is the test-only switch that turns the gateway's data-loss
 // protection off, in a gateway built with the lockgate_unprotected tag
-// (gatewayBinary(t, true)); a production build ignores it.
+// (gatewaytest.BinaryTagged); a production build ignores it.
 const UnsafeEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
-
-var (
-	buildMu sync.Mutex
-	binDir  string
-	built   = map[bool]string{} // by unsafe: the binary built
-)
-
-// gatewayBinary builds ./cmd/lockgate once per test run, or, when unsafe,
-// a build with the lockgate_unprotected tag, in which UnsafeEnv turns the
-// data-loss protection off.
-func gatewayBinary(t *testing.T, unsafe bool) string {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if bin, ok := built[unsafe]; ok {
-		return bin
-	}
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "lockgate-chaos-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binDir = dir
-	}
-	bin, args := filepath.Join(binDir, "lockgate"), []string{"build"}
-	if unsafe {
-		bin += "-unprotected"
-		args = append(args, "-tags", "lockgate_unprotected")
-	}
-	out, err := exec.Command("go", append(args, "-o", bin, "../cmd/lockgate")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	built[unsafe] = bin
-	return bin
-}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	gatewaytest.RemoveBinaries()
 	os.Exit(code)
 }
 
@@ -176,7 +139,10 @@ type cluster struct {
 // data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
-	bin := gatewayBinary(t, unsafe)
+	bin := gatewaytest.Binary(t, "lockgate")
+	if unsafe {
+		bin = gatewaytest.BinaryTagged(t, "lockgate", "lockgate_unprotected")
+	}
 	// Redis records every event slower than 25 ms (collected by stallLog):
 	// an fsync that holds a node up shows there. The nodes sync their AOF
 	// once a second, as docs/operations.md now recommends: a restarted
@@ -201,7 +167,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		env = append(env, UnsafeEnv+"=1")
 	}
 	for range 3 {
-		g := &gateway{t: t, bin: bin, addr: freeAddr(t), env: env, log: &logTail{max: 64 << 10},
+		g := &gateway{t: t, bin: bin, addr: freeport.Addr(t), env: env, log: &logTail{max: 64 << 10},
 			args: []string{"-redis", strings.Join(urls, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
 				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
 		if err := g.launch(); err != nil {
@@ -238,16 +204,6 @@ func (c *cluster) healAll() {
 			g.resume()
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // memory reads DBSIZE and INFO memory from every node.

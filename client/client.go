@@ -262,8 +262,13 @@ const maxBody = 1 << 20
 // do sends one request and returns the answer's body on 2xx, a
 // *ProblemError on an error status, a *TLSError or a *NoAnswerError.
 func (c *Client) do(ctx context.Context, op, method, resource, leaseID string, ifToken int64, body any) (*http.Response, []byte, error) {
+	return c.doPath(ctx, op, method, "/locks/"+resource, "/locks/"+url.PathEscape(resource), leaseID, ifToken, body)
+}
+
+// doPath is do for a path below the base URL, given plain and escaped.
+func (c *Client) doPath(ctx context.Context, op, method, path, escaped, leaseID string, ifToken int64, body any) (*http.Response, []byte, error) {
 	u := *c.base
-	u.Path, u.RawPath = c.base.Path+"/locks/"+resource, c.base.EscapedPath()+"/locks/"+url.PathEscape(resource)
+	u.Path, u.RawPath = c.base.Path+path, c.base.EscapedPath()+escaped
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)

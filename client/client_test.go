@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencing"
 	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 )
@@ -28,11 +29,6 @@ const (
 // control on when withAuth.
 func memGateway(t *testing.T, withAuth bool) string {
 	t.Helper()
-	locker, err := lockcore.New([]lockcore.Node{memnode.New(nil)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(locker.Close)
 	var opts handlers.Options
 	if withAuth {
 		p, err := auth.Parse(strings.NewReader(adminToken + " * *\n" + readerToken + " GET *\n"))
@@ -41,12 +37,7 @@ func memGateway(t *testing.T, withAuth bool) string {
 		}
 		opts.Middleware = append(opts.Middleware, p.Middleware)
 	}
-	h, err := handlers.New(locker, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	srv := gatewaytest.InProcess(t, []lockcore.Node{memnode.New(nil)}, &gatewaytest.InProcessOptions{Handlers: &opts})
 	return srv.URL
 }
 

@@ -113,6 +113,10 @@ func (e *ProblemError) sentinel() error {
 		return ErrUnauthorized
 	case api.ProblemForbidden:
 		return ErrForbidden
+	case api.ProblemSemaphoreFull:
+		return ErrSemaphoreFull
+	case api.ProblemPermitsMismatch:
+		return ErrPermitsMismatch
 	}
 	switch {
 	case e.Status == http.StatusUnauthorized:

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
@@ -27,7 +26,7 @@ const (
 )
 
 // testGateway is the real gateway (lockcore over redis-server nodes, the
-// handlers) behind httptest, with a handler in front that counts requests.
+// handlers) served by gatewaytest.InProcess, with a handler in front that counts requests.
 type testGateway struct {
 	URL   string
 	nodes []*redistest.Server
@@ -52,36 +51,27 @@ func startGateway(t *testing.T, n int) *testGateway {
 		t.Cleanup(func() { node.Close() })
 		nodes[i] = node
 	}
-	locker, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL})
-	if err != nil {
-		t.Fatal(err)
+	counting := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPatch {
+				g.patches.Add(1)
+				g.inflight.Add(1)
+				defer g.inflight.Add(-1)
+			}
+			g.mu.Lock()
+			front := g.front
+			g.mu.Unlock()
+			if front != nil {
+				front(w, r, h)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
 	}
-	t.Cleanup(locker.Close)
-	// A new cluster is initialized by the gateway's first check: make it
-	// before the tests time anything.
-	if err := locker.Ready(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	h, err := handlers.New(locker, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPatch {
-			g.patches.Add(1)
-			g.inflight.Add(1)
-			defer g.inflight.Add(-1)
-		}
-		g.mu.Lock()
-		front := g.front
-		g.mu.Unlock()
-		if front != nil {
-			front(w, r, h)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := gatewaytest.InProcess(t, nodes, &gatewaytest.InProcessOptions{
+		Core:  &lockcore.Options{NodeTimeout: itNodeTimeout, MinTTL: itMinTTL},
+		Front: counting,
+	})
 	g.URL = srv.URL
 	return g
 }

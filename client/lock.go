@@ -78,6 +78,7 @@ func (o *LockOptions) withDefaults() LockOptions {
 type Lock struct {
 	c        *Client
 	resource string
+	permit   int // the permit's number for HoldPermit, -1 for a lock
 	leaseID  string
 	token    int64
 	ttl      time.Duration
@@ -160,8 +161,14 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 		return nil, err
 	}
 
+	return c.hold(ctx, resource, -1, lease, opt), nil
+}
+
+// hold starts the watchdog of lease, a lock on resource or, with permit ≥
+// 0, permit of the semaphore resource.
+func (c *Client) hold(ctx context.Context, resource string, permit int, lease *Lease, opt LockOptions) *Lock {
 	l := &Lock{
-		c: c, resource: resource, leaseID: lease.LeaseID, token: lease.FencingToken,
+		c: c, resource: resource, permit: permit, leaseID: lease.LeaseID, token: lease.FencingToken,
 		ttl: opt.TTL, margin: opt.Margin, onRenew: opt.OnRenew,
 		done: make(chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
 		last: lease,
@@ -177,7 +184,7 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 		hold = time.NewTimer(opt.MaxHold) // counted from now: the wait is not holding
 	}
 	go l.watch(hold)
-	return l, nil
+	return l
 }
 
 // releaseQuietly clears what a failed attempt may have left on the nodes.
@@ -289,7 +296,7 @@ func (l *Lock) watch(hold *time.Timer) {
 		// The request may not outlast the loss deadline: an answer after it
 		// is of no use, Done has closed.
 		ctx, cancel := context.WithDeadline(l.ctx, deadline)
-		lease, err := l.c.Extend(ctx, l.resource, l.leaseID, &ExtendOptions{TTL: l.ttl, IfToken: l.token})
+		lease, err := l.extend(ctx, &ExtendOptions{TTL: l.ttl, IfToken: l.token})
 		cancel()
 		switch {
 		case err == nil:
@@ -337,7 +344,7 @@ func (l *Lock) Err() error {
 // Done closes. It carries the values of the context given to Lock.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// Resource is the locked resource's name.
+// Resource is the locked resource's name (the semaphore's, for HoldPermit).
 func (l *Lock) Resource() string { return l.resource }
 
 // LeaseID is the lease's secret id. Never log it.
@@ -355,8 +362,11 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // SetFencingHeaders sets Fencing-Token and Fencing-Resource on req, a
-// request to storage guarded by the fencing package's middleware.
-func (l *Lock) SetFencingHeaders(req *http.Request) { SetFencingHeaders(req, l.resource, l.token) }
+// request to storage guarded by the fencing package's middleware; for a
+// permit, Fencing-Resource is FenceResource.
+func (l *Lock) SetFencingHeaders(req *http.Request) {
+	SetFencingHeaders(req, l.fenceResource(), l.token)
+}
 
 // SetFencingHeaders sets the fencing token, and the resource it was granted
 // for if resource is not empty, on req as the fencing package's middleware
@@ -398,7 +408,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	// is told to stop before another holder can start.
 	l.lose(ErrReleased)
 	l.released = true
-	l.releaseErr = l.c.Release(ctx, l.resource, l.leaseID, l.token)
+	l.releaseErr = l.release(ctx)
 	return l.releaseErr
 }
 

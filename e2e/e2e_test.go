@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,21 +17,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/redistest"
-	"github.com/lockgate/lockgate/internal/testlog"
 	"github.com/lockgate/lockgate/internal/walkthrough"
 	"github.com/lockgate/lockgate/lockcore"
-)
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
 )
 
 // binary builds cmd/<name> once per test run and returns its path.
@@ -41,88 +33,19 @@ func binary(t *testing.T, name string) string {
 	if testing.Short() {
 		t.Skip("end-to-end test: builds and runs the binaries; skipped under -short")
 	}
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "lockgate-e2e-")
-		if buildErr != nil {
-			return
-		}
-		for _, cmd := range []string{"lockgate", "fencedkv"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "../cmd/"+cmd).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", cmd, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, name)
+	return gatewaytest.Binary(t, name)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	gatewaytest.RemoveBinaries()
 	os.Exit(code)
 }
 
-// proc is a running binary with its captured log.
-type proc struct {
-	cmd  *exec.Cmd
-	log  *testlog.Buffer
-	base string
-	done chan struct{}
-}
-
-func freeAddr(t *testing.T) string {
+// start runs bin with args (see gatewaytest.Start).
+func start(t *testing.T, bin string, args ...string) *gatewaytest.Process {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs bin with args, waits until GET /healthz answers, and kills it
-// when the test ends.
-func start(t *testing.T, bin string, args ...string) *proc {
-	t.Helper()
-	addr := freeAddr(t)
-	p := &proc{log: &testlog.Buffer{}, base: "http://" + addr, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"-addr", addr}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no LOCKGATE_* from the caller
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(bin), p.log.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited at start:\n%s", bin, p.log.String())
-		default:
-		}
-		if resp, err := http.Get(p.base + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s did not answer /healthz within 10s:\n%s", bin, p.log.String())
-	return nil
+	return gatewaytest.Start(t, bin, nil, args...)
 }
 
 type reply struct {
@@ -205,15 +128,15 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 	began := time.Now()
 	gw := start(t, lockgate)
-	if !strings.Contains(gw.log.String(), "using the embedded in-memory lock store") {
-		t.Fatalf("startup log does not say it uses the embedded store:\n%s", gw.log.String())
+	if !strings.Contains(gw.Log.String(), "using the embedded in-memory lock store") {
+		t.Fatalf("startup log does not say it uses the embedded store:\n%s", gw.Log.String())
 	}
 	kv := start(t, fencedkv)
 	redis := redistest.Start(t, nil)
 	_, port, _ := net.SplitHostPort(redis.Addr())
 	redisPort, _ := strconv.Atoi(port)
 	base := walkthrough.Env{
-		Root: root, Gateway: strings.TrimPrefix(gw.base, "http://"), RedisPort: redisPort, Path: []string{binDir},
+		Root: root, Gateway: strings.TrimPrefix(gw.URL, "http://"), RedisPort: redisPort, Path: []string{filepath.Dir(lockgate)},
 	}
 
 	var outputs []string
@@ -222,12 +145,11 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Run(w.Doc+"#"+w.Heading, func(t *testing.T) {
 			res, err := walkthrough.Check(t.Context(), w, func(int) (walkthrough.Env, error) {
 				if w.FreshStore { // as the document says: restart fencedkv, whose memory forgets
-					_ = kv.cmd.Process.Kill()
-					<-kv.done
+					kv.Kill()
 					kv = start(t, fencedkv)
 				}
 				env := base
-				env.Store = strings.TrimPrefix(kv.base, "http://")
+				env.Store = strings.TrimPrefix(kv.URL, "http://")
 				return env, nil
 			})
 			if err != nil {
@@ -261,7 +183,7 @@ func TestReadmeWalkthrough(t *testing.T) {
 		}
 		for _, m := range answeredLease.FindAllStringSubmatch(o, -1) {
 			leases++
-			if strings.Contains(gw.log.String(), m[1]) {
+			if strings.Contains(gw.Log.String(), m[1]) {
 				t.Errorf("the lease id %s… appears in the gateway's log", m[1][:4])
 			}
 		}
@@ -291,7 +213,7 @@ func TestStaleWriterIsRefused(t *testing.T) {
 	gw := start(t, lockgate, "-redis", strings.Join(urls, ","))
 	kv := start(t, fencedkv, "-redis", redistest.Start(t, nil).URL())
 
-	lock, doc := gw.base+"/locks/doc-7", kv.base+"/kv/doc-7"
+	lock, doc := gw.URL+"/locks/doc-7", kv.URL+"/kv/doc-7"
 
 	r := call(t, "PUT", lock, `{"ttl_ms": 300}`)
 	expect(t, "client 1 acquires", r, 201)
@@ -342,7 +264,7 @@ func TestStaleWriterIsRefused(t *testing.T) {
 // gateway exits cleanly.
 func TestShutdownEndsWaits(t *testing.T) {
 	gw := start(t, binary(t, "lockgate"))
-	url := gw.base + "/locks/shutdown"
+	url := gw.URL + "/locks/shutdown"
 	expect(t, "holder acquires", call(t, "PUT", url, `{"ttl_ms": 60000}`), 201)
 
 	waited := make(chan reply, 1)
@@ -360,13 +282,13 @@ func TestShutdownEndsWaits(t *testing.T) {
 	}()
 	// The waiter is queued once the gateway counts it in lockgate_waiters.
 	deadline := time.Now().Add(10 * time.Second)
-	for !bytes.Contains(call(t, "GET", gw.base+"/metrics", "").body, []byte("\nlockgate_waiters 1\n")) {
+	for !bytes.Contains(call(t, "GET", gw.URL+"/metrics", "").body, []byte("\nlockgate_waiters 1\n")) {
 		if time.Now().After(deadline) {
 			t.Fatal("lockgate_waiters never reached 1")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := gw.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -379,9 +301,9 @@ func TestShutdownEndsWaits(t *testing.T) {
 		t.Fatal("waiting PUT not answered within 10s of SIGTERM")
 	}
 	select {
-	case <-gw.done:
-		if code := gw.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Fatalf("exit code %d after SIGTERM:\n%s", code, gw.log.String())
+	case <-gw.Done:
+		if code := gw.Cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("exit code %d after SIGTERM:\n%s", code, gw.Log.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("gateway did not exit within 15s of SIGTERM")
@@ -428,20 +350,19 @@ func TestBadConfigurationStopsTheStart(t *testing.T) {
 func TestTheEmbeddedStoreKeepsTokensGrowingAcrossAKill(t *testing.T) {
 	lockgate, fencedkv := binary(t, "lockgate"), binary(t, "fencedkv")
 	kv := start(t, fencedkv)
-	doc := kv.base + "/kv/report-9"
+	doc := kv.URL + "/kv/report-9"
 	put := func(value string, token int64) reply {
 		return call(t, "PUT", doc, value, "Fencing-Token", strconv.FormatInt(token, 10))
 	}
 	gw := start(t, lockgate)
-	r := call(t, "PUT", gw.base+"/locks/report-9", `{"ttl_ms": 60000}`)
+	r := call(t, "PUT", gw.URL+"/locks/report-9", `{"ttl_ms": 60000}`)
 	expect(t, "client 1 acquires", r, 201)
 	t1 := r.token(t)
 	expect(t, "client 1 writes", put("draft by client 1", t1), 204)
-	_ = gw.cmd.Process.Kill()
-	<-gw.done
+	gw.Kill()
 
 	gw = start(t, lockgate)
-	r = call(t, "PUT", gw.base+"/locks/report-9", `{"ttl_ms": 60000}`)
+	r = call(t, "PUT", gw.URL+"/locks/report-9", `{"ttl_ms": 60000}`)
 	expect(t, "client 2 acquires after the restart", r, 201)
 	t2 := r.token(t)
 	if t2 <= t1 {

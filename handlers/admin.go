@@ -28,6 +28,10 @@ type ForceReleaser interface {
 // after another), any other is refused with 403. The cursor is sealed
 // (cursorSeal) and holds only names the caller may see.
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	if s.watch != nil && wantsStream(r) {
+		s.streamPrefix(w, r)
+		return
+	}
 	lister, ok := s.locker.(Lister)
 	if !ok {
 		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot list locks")
@@ -113,7 +117,12 @@ func (s *server) forceRelease(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusInternalServerError, apiInternal, "this lock service cannot force a release")
 		return
 	}
+	done := func(bool) {}
+	if s.watch != nil {
+		done = s.watch.ForceReleasing(resourceParam(r))
+	}
 	tok, err := fr.ForceRelease(r.Context(), resourceParam(r))
+	done(err == nil)
 	if err != nil {
 		if errors.Is(err, lockcore.ErrNotSupported) {
 			problem(w, r, http.StatusInternalServerError, apiInternal, "a lock node cannot force a release")

@@ -18,6 +18,9 @@ func setToken(r *http.Request, token int64) {
 
 // auditOp names the state-changing operation of a request, or "".
 func auditOp(r *http.Request) string {
+	if rest, ok := strings.CutPrefix(r.URL.Path, semaphorePrefix); ok {
+		return semaphoreAuditOp(r.Method, rest)
+	}
 	res, ok := strings.CutPrefix(r.URL.Path, "/locks/")
 	if !ok || res == "" {
 		return ""
@@ -95,7 +98,7 @@ func (s *server) audit(next http.Handler) http.Handler {
 		}
 		subject := certSubject(r)
 		ev = ev.Bool("audit", true).Str("op", op).Str("caller", s.callerOr(r, subject)).
-			Str("resource", strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/locks/"), "/")).
+			Str("resource", auditResource(r.URL.Path)).
 			Str("outcome", outcome).Int("status", status)
 		if subject != "" {
 			ev = ev.Str("client_cert", subject)
@@ -105,4 +108,14 @@ func (s *server) audit(next http.Handler) http.Handler {
 		}
 		ev.Msg("audit")
 	})
+}
+
+// auditResource is the resource an audited path names: a lock's, or a
+// semaphore's (its permit is not part of it).
+func auditResource(path string) string {
+	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		return name
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(path, "/locks/"), "/")
 }

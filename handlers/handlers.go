@@ -17,6 +17,7 @@ import (
 	lockgate "github.com/lockgate/lockgate"
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/semaphore"
 )
 
 // Locker is what the handlers need of the lock service (*lockcore.Redlock).
@@ -67,9 +68,9 @@ type Options struct {
 	Caller func(r *http.Request) string
 	// RateLimit, if above 0, allows each caller (see Caller; the client
 	// certificate's subject; else the client's IP address) that many
-	// requests per second on /locks and /locks/..., in bursts of up to
-	// RateBurst (default 1); beyond, 429 with Retry-After. Applied after
-	// Middleware, so unknown tokens still get 401.
+	// requests per second on /locks, /locks/... and /semaphores/..., in
+	// bursts of up to RateBurst (default 1); beyond, 429 with Retry-After.
+	// Applied after Middleware, so unknown tokens still get 401.
 	RateLimit float64
 	RateBurst int
 	// WaitersPerCaller, if above 0, is each caller's share of waiting
@@ -85,6 +86,22 @@ type Options struct {
 	// lock state. The page reads /locks and /metrics, guarded as always.
 	// GET /ui redirects to /ui/. Default: no page (/ui answers 404).
 	UI fs.FS
+	// Semaphores, if set, serves /semaphores/... (e.g. to export its InUse
+	// as a metric). Default: semaphores over the Locker, made by New.
+	Semaphores *semaphore.Semaphores
+	// Watch, if set, serves the long poll and the event stream of GET
+	// /locks/{resource} (see LockWatch). Default: a watch.Hub over the
+	// Locker when it can be watched (a *lockcore.Redlock), with its
+	// defaults; otherwise those requests answer as a plain GET.
+	Watch LockWatch
+	// StreamHeartbeat is how often an event stream without events gets a
+	// comment line, so that proxies keep it open and a client that left
+	// is found. Default 15s.
+	StreamHeartbeat time.Duration
+	// StreamIdle ends an event stream that had no event for that long;
+	// the client connects again and starts from the current state.
+	// Default 5m.
+	StreamIdle time.Duration
 }
 
 type server struct {
@@ -93,6 +110,8 @@ type server struct {
 	validate *validator.Validate
 	cursors  *cursorSeal
 	waiters  *waiterShares // nil: no share per caller
+	sems     *semaphore.Semaphores
+	watch    LockWatch // nil: no long poll, no stream
 }
 
 // New returns the lockgate HTTP API in front of locker. Every request is
@@ -117,12 +136,23 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = time.Second
 	}
+	if o.StreamHeartbeat <= 0 {
+		o.StreamHeartbeat = defaultHeartbeat
+	}
+	if o.StreamIdle <= 0 {
+		o.StreamIdle = defaultStreamIdle
+	}
 	contract, err := newContract(lockgate.OpenAPI)
 	if err != nil {
 		return nil, err
 	}
 	contract.bounds = boundsOf(locker)
 	s := &server{locker: locker, opt: o, validate: newValidator(), cursors: newCursorSeal()}
+	s.sems = o.Semaphores
+	if s.sems == nil {
+		s.sems = semaphore.New(locker)
+	}
+	s.watch = watchOf(&o, locker)
 	if o.WaitersPerCaller > 0 {
 		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
 	}
@@ -172,6 +202,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Patch("/locks/{resource}", s.extend)
 	r.Delete("/locks/{resource}", s.release)
 	r.Get("/locks/{resource}", s.inspect)
+	s.semaphoreRoutes(r)
 	return r, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/watch"
 )
 
 // acquire handles PUT /locks/{resource}.
@@ -60,6 +61,7 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	setOutcome(r, outcome)
 	setToken(r, lease.Token)
+	s.changed(lease.Resource, watch.Acquired)
 	writeLease(w, status, lease, location)
 }
 
@@ -102,11 +104,20 @@ func (s *server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setOutcome(r, "released")
+	s.changed(req.Resource, watch.Released)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // inspect handles GET /locks/{resource}.
 func (s *server) inspect(w http.ResponseWriter, r *http.Request) {
+	if s.watch != nil && wantsStream(r) && r.Method == http.MethodGet {
+		s.stream(w, r)
+		return
+	}
+	if s.watch != nil && r.URL.Query().Has("wait_ms") {
+		s.longPoll(w, r)
+		return
+	}
 	info, err := s.locker.Inspect(r.Context(), resourceParam(r))
 	if err != nil {
 		fail(w, r, err)
@@ -206,4 +217,11 @@ func writeLease(w http.ResponseWriter, status int, l *lockcore.Lease, location s
 		Resource: l.Resource, LeaseID: l.ID, FencingToken: l.Token,
 		TTLms: l.TTL.Milliseconds(), ValidityMs: l.Validity.Milliseconds(), ExpiresAt: l.Expires.UTC(),
 	})
+}
+
+// changed tells the watchers of resource that this replica changed it.
+func (s *server) changed(resource string, how watch.Kind) {
+	if s.watch != nil {
+		s.watch.Changed(resource, how)
+	}
 }

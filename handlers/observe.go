@@ -12,9 +12,13 @@ import (
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
 // on /locks/{resource}; "list" for GET /locks; "healthz", "readyz",
 // "openapi" and "metrics" for those GETs; "ui" for GETs of the page (/ui
-// and /ui/...); "other" for anything else. The result never contains the
+// and /ui/...); "permit_acquire", "permit_extend", "permit_release" and
+// "semaphore_inspect" for a semaphore's routes; "other" for anything else. The result never contains the
 // resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
+	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {
+		return semaphoreOperation(method, rest)
+	}
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {
 			return "other"

@@ -25,40 +25,45 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 	if !ValidOwner(req.Owner) {
 		return nil, &InvalidError{Field: "owner", Reason: "must be at most 256 printable characters"}
 	}
-	if req.LeaseID == "" {
-		req.LeaseID, req.minted = NewLeaseID(), true
+	q := acquisition{AcquireRequest: req}
+	if q.LeaseID == "" {
+		q.LeaseID, q.minted = NewLeaseID(), true
 	}
-	if req.Wait == 0 {
-		lease, err := r.tryAcquire(ctx, &req)
+	if q.Wait == 0 {
+		lease, err := r.tryAcquire(ctx, &q)
 		return r.handOver(ctx, lease, err)
 	}
-	return r.waits.acquire(ctx, req)
+	return r.waits.acquire(ctx, q)
 }
 
-// tryAcquire is one Redlock round: acquire everywhere, count, fence, or undo.
-// The first round of a request records whether the lease may have held the
-// lock before it (see AcquireRequest.fresh); later rounds of a waiting
-// request keep that.
-func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, error) {
-	_ = r.guard.ready(ctx) // before the clock starts; start reports its error
-	r.lates.wait(ctx, req.Resource, req.LeaseID)
-	if req.rounds != nil {
-		req.round = req.rounds.Add(1)
-	}
+// tryAcquire is one Redlock round of q: acquire everywhere, count, fence, or
+// undo. The first round of a request records in q whether the lease may
+// have held the lock before it (see acquisition.fresh); later rounds of a
+// waiting request keep that. The round and its late answers act on an
+// attempt of their own, never on q.
+func (r *Redlock) tryAcquire(ctx context.Context, q *acquisition) (*Lease, error) {
+	_ = r.guard.ready(ctx) // before the clock starts; call reports its error
+	r.lates.wait(ctx, q.Resource, q.LeaseID)
+	try := q.begin()
 	start := r.opt.Clock.Now()
-	na := r.nodeAcquire(*req)
-	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) })
-	rd.until(func(rd *round) bool { return r.decidedEarly(*req, rd) })
-	if !req.tried {
-		req.tried, req.fresh = true, !r.mayHold(rd.results)
+	na := r.nodeAcquire(try.AcquireRequest)
+	rd := r.call(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) { return n.Acquire(ctx, na) },
+		func(v view) bool { return r.decidedEarly(try, v) })
+	results := rd.Answers()
+	if !q.tried {
+		q.tried, q.fresh = true, !r.mayHold(results)
 	}
-	lease, err := r.settle(ctx, *req, start, rd.results)
+	at := try
+	at.fresh = q.fresh
+	lease, err := r.settle(ctx, at, start, results)
 	var ll *lateLease
-	if !rd.complete() {
-		ll = r.lates.begin(req.Resource, req.LeaseID)
-		rd.after = func() { r.lates.end(ll) }
+	var after func()
+	if !rd.Complete() {
+		ll = r.lates.begin(at.Resource, at.LeaseID)
+		after = func() { r.lates.end(ll) }
 	}
-	rd.rest(func(res nodeResult) { r.lateAcquire(*req, lease, ll, res) })
+	token := tokenOf(lease) // the late answers keep no pointer into the caller's Lease
+	rd.Rest(func(res nodeResult) { r.lateAcquire(at, token, ll, res) }, after)
 	return lease, err
 }
 
@@ -70,17 +75,17 @@ func (r *Redlock) tryAcquire(ctx context.Context, req *AcquireRequest) (*Lease, 
 // said it re-entered makes the round wait for every node unless the lease
 // is known to have held nothing before the request: whether the lease
 // re-entered depends on every answer (see mayHold).
-func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
+func (r *Redlock) decidedEarly(at attempt, v view) bool {
 	ok, taken := 0, 0
-	for i, res := range rd.results {
-		if !rd.heard[i] || res.err != nil {
+	for i, res := range v.Answers {
+		if !v.Heard[i] || res.err != nil {
 			continue
 		}
 		switch res.reply.Status {
 		case StatusGranted:
 			ok++
 		case StatusReentered:
-			if !req.minted && !req.fresh {
+			if !at.minted && !at.fresh {
 				return false
 			}
 			ok++
@@ -94,13 +99,14 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 	// announcements can come before its queue listens.
 	// Nor does a refusal of a lease id the client chose: a late grant to it
 	// is left alone (see lateAcquire), and must not outlive the refusal.
-	return ok >= r.quorum || (taken >= r.quorum && !req.Waits() && req.minted)
+	return ok >= r.quorum || (taken >= r.quorum && !at.Waits() && at.minted)
 }
 
-// lateAcquire acts on a node's answer to an acquisition round that came
-// after the round was decided (see round). For a lease id the client chose,
+// lateAcquire acts on a node's answer to the acquisition round at that
+// came after the round was decided (see round.Rest); token is the token
+// the round answered, 0 when it failed. For a lease id the client chose,
 // it only raises counters (see the code for why); for a minted one:
-//   - the round granted lease: a node that granted it with a higher token
+//   - the round granted the lease: a node that granted it with a higher token
 //     than the one answered releases that copy (the token was never
 //     answered, and every copy of a lease must carry the token its holder
 //     was given); a node left with a lower counter or token is raised to
@@ -111,24 +117,24 @@ func (r *Redlock) decidedEarly(req AcquireRequest, rd *round) bool {
 //   - the lease was released through this Redlock meanwhile (ll, see
 //     lateLease): the release may have reached this node before the grant,
 //     so the grant is released.
-func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, res nodeResult) {
-	grant := grantedLate(req, res)
-	if !req.minted {
+func (r *Redlock) lateAcquire(at attempt, token int64, ll *lateLease, res nodeResult) {
+	grant := grantedLate(at, res)
+	if !at.minted {
 		// A lease id the client chose may be in use by another request at
 		// the same time (a retry through another gateway replica): a copy
 		// found late may be that request's, so it is left alone, as
 		// undoAcquire leaves alone a node that did not answer (a copy this
 		// request made there expires with its TTL). Only counters catch up.
-		if lease != nil {
-			r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		if token != 0 {
+			r.catchUpLate(at.Resource, at.LeaseID, token, res)
 		}
 		return
 	}
-	if lease == nil {
-		if grant || (res.err != nil && req.minted) {
+	if token == 0 {
+		if grant || (res.err != nil && at.minted) {
 			again := make([]bool, len(r.nodes))
 			again[res.i] = true
-			r.undoOn(req, again)
+			r.undoOn(at, again)
 		}
 		return
 	}
@@ -136,24 +142,32 @@ func (r *Redlock) lateAcquire(req AcquireRequest, lease *Lease, ll *lateLease, r
 	case grant && ll.released.Load():
 		// Released meanwhile, maybe before this node granted it. Its
 		// counter still catches up.
-		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		r.catchUpLate(at.Resource, at.LeaseID, token, res)
 		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
-			return n.Release(ctx, req.Resource, req.LeaseID, 0)
+			return n.Release(ctx, at.Resource, at.LeaseID, 0)
 		})
-	case grant && res.reply.Token > lease.Token:
+	case grant && res.reply.Token > token:
 		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
-			return n.Release(ctx, req.Resource, req.LeaseID, res.reply.Token)
+			return n.Release(ctx, at.Resource, at.LeaseID, res.reply.Token)
 		})
 	default:
-		r.catchUpLate(req.Resource, req.LeaseID, lease.Token, res)
+		r.catchUpLate(at.Resource, at.LeaseID, token, res)
 	}
 }
 
-// grantedLate reports whether res, a node's late answer to an acquisition
-// round of req, granted req's lease: a grant, or a re-entry of a lease that
-// held nothing before the request (see AcquireRequest.fresh).
-func grantedLate(req AcquireRequest, res nodeResult) bool {
-	fresh := req.minted || req.fresh
+// tokenOf returns lease's token, or 0 for none (no lease has token 0).
+func tokenOf(lease *Lease) int64 {
+	if lease == nil {
+		return 0
+	}
+	return lease.Token
+}
+
+// grantedLate reports whether res, a node's late answer to the acquisition
+// round at, granted at's lease: a grant, or a re-entry of a lease that
+// held nothing before the request (see acquisition.fresh).
+func grantedLate(at attempt, res nodeResult) bool {
+	fresh := at.minted || at.fresh
 	return res.err == nil && (res.reply.Status == StatusGranted || (res.reply.Status == StatusReentered && fresh))
 }
 
@@ -179,10 +193,11 @@ func (r *Redlock) nodeAcquire(req AcquireRequest) NodeAcquire {
 // round begun at start, or the grants of a hand-off begun at start): a lease
 // when a quorum granted it within its validity, its token fenced on a
 // quorum; otherwise an error, after undoing what was granted.
-func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Time, results []nodeResult) (*Lease, error) {
-	if req.minted || req.fresh {
+func (r *Redlock) settle(ctx context.Context, at attempt, start time.Time, results []nodeResult) (*Lease, error) {
+	req := at.AcquireRequest
+	if at.minted || at.fresh {
 		// The lease held nothing before this request (a minted id, or see
-		// AcquireRequest.fresh): a node that says it re-entered holds a
+		// acquisition.fresh): a node that says it re-entered holds a
 		// copy this request made, not an earlier hold.
 		reentriesAsGrants(results)
 	}
@@ -193,7 +208,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 
 	fail := func(err error) (*Lease, error) {
 		r.quorumFailed(err)
-		r.undoAcquire(req, results, reentered)
+		r.undoAcquire(at, results, reentered)
 		if ctx.Err() != nil {
 			return nil, errors.Join(ctx.Err(), err)
 		}
@@ -222,7 +237,7 @@ func (r *Redlock) settle(ctx context.Context, req AcquireRequest, start time.Tim
 	}
 	return &Lease{
 		Resource: req.Resource, ID: req.LeaseID, Token: t.maxToken, TTL: req.TTL,
-		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner, minted: req.minted,
+		Validity: validity, Expires: now.Add(validity), Reentered: reentered, Owner: req.Owner, minted: at.minted,
 	}, nil
 }
 

@@ -5,8 +5,9 @@ import (
 )
 
 // background counts the goroutines a Redlock leaves running after a call
-// returns: the rounds whose late answers are still being acted on (see
-// round.rest) and the fencing catch-ups (see catchUp). Each ends by its
+// returns (see Redlock.spawn): the rounds whose late answers are still
+// being acted on (see quorum.Config.Spawn) and the fencing catch-ups (see
+// catchUp). Each ends by its
 // node calls' NodeTimeout. Close waits for them, and tests (export_test.go)
 // before they read the nodes: a round decided at a quorum may leave a
 // node's call under way.
@@ -29,15 +30,6 @@ func (b *background) done() {
 		b.idle = nil
 	}
 	b.mu.Unlock()
-}
-
-// run calls f on a goroutine of its own, counted until f returns.
-func (b *background) run(f func()) {
-	b.add()
-	go func() {
-		defer b.done()
-		f()
-	}()
 }
 
 // wait returns once nothing counted runs any longer: each ends by its

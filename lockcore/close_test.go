@@ -12,7 +12,7 @@ import (
 // Goroutines a Redlock leaves running after a call returned, as a stack
 // dump names them: Close must wait for every one.
 const (
-	inRest    = "lockcore.(*round).rest"      // acting on a round's late answers
+	inRest    = "quorum.(*Call[...]).Rest"    // acting on a round's late answers
 	inRaise   = "lockcore.(*Redlock).raiseOn" // a fencing catch-up
 	inGuard   = "lockcore.(*guard).loop"      // the node guard
 	inBgWait  = "lockcore.(*background).wait" // Close, waiting for them
@@ -29,7 +29,7 @@ func TestCloseWaitsForBackgroundWork(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// late makes node 3 wait at a gate in its acquisition (a late
-		// answer, whose catch-up runs in round.rest); otherwise only the
+		// answer, whose catch-up runs in quorum's Rest); otherwise only the
 		// raise that follows its answer waits (catchUp's own goroutine).
 		late bool
 		busy string

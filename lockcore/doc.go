@@ -25,14 +25,14 @@
 // majority within the new validity as well. Release is sent to every node.
 //
 // A call is answered once a majority has settled it (see answerAtQuorum in
-// round.go): acquisitions, hand-offs, extends,
+// round.go, and package internal/quorum for the rules): acquisitions, hand-offs, extends,
 // releases, fencing write-backs and inspections that a majority of the
 // nodes heard so far grant or confirm do not wait for the others beyond a
 // grace period, until the call has taken twice as long as it had when a
 // quorum answered (at least 0.5 ms more; healthy nodes answer within it),
 // so a slow or hung minority does not slow them. A node that missed the
 // grace of two calls in a row gets none until it answers a call in time
-// again (see pace in pace.go), so a node that stays slow costs the graces
+// again (rule 6 of internal/quorum), so a node that stays slow costs the graces
 // of the calls under way until then, not one per call. Failures wait for every node (up to NodeTimeout), since
 // the kind of failure depends on every answer; so does an extend or
 // release that a node refused for another token (If-Match), and an
@@ -239,6 +239,44 @@
 // also raised to a floor from the wall clock (1000 per millisecond since
 // 1970), which keeps tokens growing as long as the clock did not go back
 // and fewer than 1000 grants per millisecond were made on one slot.
+//
+// # Semaphores
+//
+// Package semaphore shares a resource among up to K holders, each with a
+// permit: a lease, a TTL and a fencing token of its own. Its construction
+// is K locks per semaphore, permit i being the lock on PermitResource(name,
+// i), and a permit any of them that is free; each is a Redlock mutex like
+// any other, with its own counter (its own fence slot, by its name).
+//
+// Why not a counter on each node, granted when a majority of the nodes
+// count fewer than K holders? Because majorities overlap only pairwise: with
+// K = 2 and N = 3 nodes A, B, C, holders granted by {A, B}, {B, C} and
+// {A, C} are three, while every node counts two. A counter per node bounds
+// the holders a node saw, not the holders: a majority vote on "fewer than
+// K" bounds the holders by K only if every K+1 majorities share a node,
+// that is if (K+1)·(N − quorum) < N; two majorities always do (that is
+// step 4), but with 3 or 5 nodes three need not. The chaos package's
+// TestNaiveCounterAdmitsMoreThanK runs that naive counter against the
+// checker the permits pass (TestSemaphoreNeverAdmitsMoreThanK) and shows
+// it admit a fourth holder with K = 3.
+//
+// Why K locks are safe: permit i is held by a lease only while a majority
+// of nodes hold PermitResource(name, i) for it, and any two majorities share
+// a node, which holds that key for one lease at most (step 4's argument,
+// for the lock instead of the counter). So each permit has at most one
+// holder at a time, K permits have at most K, and each permit's tokens
+// grow as a lock's do (steps 1 to 4 per permit), so storage fenced per
+// permit rejects a paused former holder of that permit. Waiting and
+// hand-off are the lock's: a waiter waits for each of the K locks at once
+// and keeps the first granted.
+//
+// What this does not give: K is recorded in each permit lock's owner label
+// and checked by reading the permits before and after a grant, not in the
+// grant's atomic step, so two first acquisitions with different K at the
+// same moment can both succeed (package semaphore's doc says when); the
+// holders are then at most the larger K. Storage fenced by one counter for
+// all permits cannot be built from these tokens: they grow per permit, not
+// across permits.
 //
 // # What is not guaranteed
 //

@@ -1,37 +1,46 @@
 package lockcore
 
-import "time"
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore/internal/quorum"
+)
 
 // Settle waits until the late answers of r's decided calls have been acted
 // on and its fencing catch-ups are done (see background), so that a test
 // reads the nodes as the calls left them. A call is
 // answered at the first quorum once the others have had a grace (see
-// round.until): under load a healthy node can take longer than that, and
+// quorum.Run): under load a healthy node can take longer than that, and
 // its part may not be done yet when the call returns.
 func Settle(r *Redlock) { r.bg.wait() }
 
 // Graces returns how many of r's rounds have waited a grace for a node
-// still to answer (see round.until).
-func Graces(r *Redlock) int64 { return r.pace.graces.Load() }
+// still to answer (see quorum.Run).
+func Graces(r *Redlock) int64 { return r.q.Graces() }
 
-// SetGraceMin sets the least grace of r's rounds (see round.until). Call it
-// before r is used.
-func SetGraceMin(r *Redlock, d time.Duration) { r.pace.graceMin = d }
+// SetGraceMin sets the least grace of r's rounds (see quorum.Config). Call
+// it before r is used.
+func SetGraceMin(r *Redlock, d time.Duration) {
+	r.q.Close()
+	r.q = quorum.New(r.quorumConfig(d, keptCallers()))
+}
 
 // Behind returns r.Behind().
 func Behind(r *Redlock) []bool { return r.Behind() }
 
 // Missed returns, by node, how many graces in a row it missed (at most 3).
 func Missed(r *Redlock) []int {
-	out := make([]int, len(r.pace.nodes))
+	out := make([]int, len(r.nodes))
 	for i := range out {
-		out[i] = int(r.pace.nodes[i].Load() & 3)
+		out[i] = r.q.Missed(i)
 	}
 	return out
 }
 
 // Pending returns how many of r's decided rounds still wait for late
-// answers (see round.rest), plus its fencing catch-ups under way (see
+// answers (see round.Rest), plus its fencing catch-ups under way (see
 // catchUp).
 func Pending(r *Redlock) int {
 	r.bg.mu.Lock()
@@ -40,13 +49,51 @@ func Pending(r *Redlock) int {
 }
 
 // Callers returns how many goroutines r keeps for its node calls, parked or
-// busy (see callers).
-func Callers(r *Redlock) int { return int(r.callers.live.Load()) }
-
-// KeepCallers makes r keep goroutines for its node calls, at most max of
-// them, also in a race build (see callers). Call it before r is used.
-func KeepCallers(r *Redlock, max int) { r.callers.keep, r.callers.max = true, int32(max) }
+// busy (see quorum.Config.Kept).
+func Callers(r *Redlock) int { return r.q.Kept() }
 
 // RaceBuild reports whether the package was built with -race, where rounds
-// keep no goroutines for node calls unless KeepCallers says so.
+// keep no goroutines for node calls.
 const RaceBuild = raceBuild
+
+// TwoRounds runs two acquisition rounds of one waiting request, as its
+// waiting room would: the first with a live context, then between, then
+// the second with second (see attempt).
+func TwoRounds(r *Redlock, req AcquireRequest, second context.Context, between func()) (first *Lease, err error) {
+	q := acquisition{AcquireRequest: req, minted: true, rounds: new(atomic.Int64)}
+	q.LeaseID = NewLeaseID()
+	first, err = r.tryAcquire(context.Background(), &q)
+	between()
+	_, _ = r.tryAcquire(second, &q)
+	return first, err
+}
+
+// ShortestTTL returns shortestTTL of results made of replies (by node) and
+// errs (nil where the node answered).
+func ShortestTTL(replies []NodeReply, errs []error) time.Duration {
+	return shortestTTL(results(replies, errs))
+}
+
+// FailAll returns the errors of a round that fails at once with err (see
+// failAll), by node.
+func FailAll(nodes []Node, err error) []error {
+	var out []error
+	for _, res := range failAll(nodes, err) {
+		out = append(out, res.err)
+	}
+	return out
+}
+
+// GrantedLate returns grantedLate of a late answer (reply, err) to a
+// round of a request whose lease was minted for it or known fresh.
+func GrantedLate(minted, fresh bool, reply NodeReply, err error) bool {
+	return grantedLate(attempt{minted: minted, fresh: fresh}, nodeResult{reply: reply, err: err})
+}
+
+func results(replies []NodeReply, errs []error) []nodeResult {
+	out := make([]nodeResult, len(replies))
+	for i := range replies {
+		out[i] = nodeResult{i: i, reply: replies[i], err: errs[i]}
+	}
+	return out
+}

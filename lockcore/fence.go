@@ -22,12 +22,11 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 		return nil
 	}
 	r.opt.Observer.Fenced()
-	rd := r.start(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+	rd := r.call(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, lease, token)
-	})
-	rd.until(func(rd *round) bool { return count(rd.results, StatusOK).ok >= r.quorum })
-	t := count(rd.results, StatusOK)
-	rd.rest(nil) // a raise heard late changed what it had to
+	}, func(v view) bool { return count(v.Answers, StatusOK).ok >= r.quorum })
+	t := count(rd.Answers(), StatusOK)
+	rd.Rest(nil, nil) // a raise heard late changed what it had to
 	if t.ok < r.quorum {
 		return r.noQuorum(&QuorumError{Op: "fence", Needed: r.quorum, Answered: t.ok, Causes: t.causes})
 	}
@@ -51,7 +50,7 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 		if !behind && !unheard {
 			continue
 		}
-		r.bg.run(func() { r.raiseOn(i, resource, lease, token) })
+		r.spawn(func() { r.raiseOn(i, resource, lease, token) })
 	}
 }
 

@@ -23,15 +23,13 @@ import (
 // The hand-off runs to its end even if ctx ends: next's answer depends on it.
 func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waiter) error {
 	hctx := context.WithoutCancel(ctx)
-	_ = r.guard.ready(ctx)                                  // before the clock starts; fanout reports its error
-	r.lates.wait(hctx, next.req.Resource, next.req.LeaseID) // see lateLease
+	_ = r.guard.ready(ctx)                              // before the clock starts; call reports its error
+	r.lates.wait(hctx, next.q.Resource, next.q.LeaseID) // see lateLease
 	// The hand-off is a round of the waiter's request (see
-	// AcquireRequest.superseded).
-	if next.req.rounds != nil {
-		next.req.round = next.req.rounds.Add(1)
-	}
+	// attempt.superseded).
+	at := next.q.begin()
 	start := r.opt.Clock.Now()
-	h := &handOff{r: r, req: req, next: next, na: r.nodeAcquire(next.req),
+	h := &handOff{r: r, req: req, next: next, at: at, na: r.nodeAcquire(at.AcquireRequest),
 		grants: make([]NodeReply, len(r.nodes)), settled: make(chan struct{})}
 	results := r.checked(hctx, req.IfToken, h.call, h.early, h.late)
 	g := h.grantsOf(results)
@@ -43,13 +41,14 @@ func (r *Redlock) handOffTo(ctx context.Context, req ReleaseRequest, next *waite
 	}
 	freed := released(results) &^ handed // released without passing it on: announced
 	if handed != 0 {
-		h.lease, h.err = r.settle(hctx, next.req, start, g)
+		h.lease, h.err = r.settle(hctx, at, start, g)
+		h.token = tokenOf(h.lease)
 	} else {
 		h.err = ErrNotHeld // nothing was granted, so nothing to undo
 	}
 	if n := unheard(results); n > 0 {
 		h.pending.Store(int32(n))
-		h.ll = r.lates.begin(next.req.Resource, next.req.LeaseID)
+		h.ll = r.lates.begin(at.Resource, at.LeaseID)
 	}
 	close(h.settled)
 	if h.err != nil && wanted(results) {
@@ -69,12 +68,14 @@ type handOff struct {
 	r      *Redlock
 	req    ReleaseRequest
 	next   *waiter
+	at     attempt // the round of next's request that the hand-off is
 	na     NodeAcquire
-	grants []NodeReply // by node, written by its call before it answers
-	view   round       // early's view of the grants heard, reused
+	grants []NodeReply  // by node, written by its call before it answers
+	view   []nodeResult // early's view of the grants heard, reused
 
-	// Set before settled is closed, for the late answers.
+	// Set before settled is closed; the late answers read token, ll.
 	lease   *Lease
+	token   int64 // lease's token, 0 without one (see lateAcquire)
 	err     error
 	ll      *lateLease
 	settled chan struct{}
@@ -107,18 +108,17 @@ func (h *handOff) grant(res nodeResult) nodeResult {
 
 // early decides the hand-off once the nodes heard both released the lock
 // (see Redlock.matched) and granted it to next (see Redlock.decidedEarly).
-func (h *handOff) early(rd *round) bool {
-	if !h.r.matched(rd) {
+func (h *handOff) early(v view) bool {
+	if !h.r.matched(v) {
 		return false
 	}
-	if h.view.results == nil {
-		h.view.results = make([]nodeResult, len(rd.results))
+	if h.view == nil {
+		h.view = make([]nodeResult, len(v.Answers))
 	}
-	for i, res := range rd.results {
-		h.view.results[i] = h.grant(res)
+	for i, res := range v.Answers {
+		h.view[i] = h.grant(res)
 	}
-	h.view.heard = rd.heard
-	return h.r.decidedEarly(h.next.req, &h.view)
+	return h.r.decidedEarly(h.at, view{Answers: h.view, Heard: v.Heard})
 }
 
 // late acts on a node's answer that came after the hand-off was decided: a
@@ -130,7 +130,7 @@ func (h *handOff) late(res nodeResult, _ int64) {
 	if res.err == nil && res.reply.Status == StatusOK && !handedOn(g) {
 		h.r.waits.announce(h.req.Resource, 1<<res.i)
 	}
-	h.r.lateAcquire(h.next.req, h.lease, h.ll, g)
+	h.r.lateAcquire(h.at, h.token, h.ll, g)
 	if h.pending.Add(-1) == 0 {
 		h.r.lates.end(h.ll)
 	}

@@ -13,20 +13,21 @@ func (r *Redlock) Inspect(ctx context.Context, resource string) (*LockInfo, erro
 	if err := r.checkResource(resource); err != nil {
 		return nil, err
 	}
-	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
+	_ = r.guard.ready(ctx) // before the clock starts; call reports its error
 	start := r.opt.Clock.Now()
 	locks := make([]NodeLock, len(r.nodes))
-	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+	// A lease that a quorum of the nodes heard holds decides; later answers
+	// cannot change that. The locks of nodes not heard are not read.
+	var v view
+	heldAt := func(i int) bool { return v.Heard[i] && v.Answers[i].err == nil && locks[i].Found }
+	rd := r.call(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		l, err := n.Inspect(ctx, resource)
 		locks[i] = l
 		return NodeReply{}, err
-	})
-	// A lease that a quorum of the nodes heard holds decides; later answers
-	// cannot change that. The locks of nodes not heard are not read.
-	heldAt := func(i int) bool { return rd.heard[i] && rd.results[i].err == nil && locks[i].Found }
-	rd.until(func(rd *round) bool { return quorumHolds(r.quorum, locks, heldAt) })
-	results := rd.results
-	rd.rest(nil)
+	}, func(heard view) bool { v = heard; return quorumHolds(r.quorum, locks, heldAt) })
+	v = rd.View()
+	results := v.Answers
+	rd.Rest(nil, nil)
 	var causes []error
 	byLease := map[string][]NodeLock{}
 	for i, res := range results {

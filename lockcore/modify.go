@@ -18,7 +18,7 @@ func (r *Redlock) Extend(ctx context.Context, req ExtendRequest) (*Lease, error)
 	if err := r.checkRequest(req.Resource, req.LeaseID, req.TTL, mayKeepTTL); err != nil {
 		return nil, err
 	}
-	_ = r.guard.ready(ctx) // before the clock starts; fanout reports its error
+	_ = r.guard.ready(ctx) // before the clock starts; call reports its error
 	start := r.opt.Clock.Now()
 	results := r.checked(ctx, req.IfToken, func(ctx context.Context, _ int, n Node, ifToken int64) (NodeReply, error) {
 		return n.Extend(ctx, req.Resource, req.LeaseID, req.TTL, ifToken)
@@ -173,26 +173,25 @@ func wanted(results []nodeResult) bool {
 //
 // The round is decided as soon as early reports true of the answers heard
 // (nil: once every node has answered); the answers still to come are then
-// passed to late with the token the quorum answered (see round). A late
+// passed to late with the token the quorum answered (see round.Rest). A late
 // StatusMismatch is first called again without the check, as above; one
 // heard in the round's grace period is called again before checked
 // returns, as when every node answered.
-func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error), early func(rd *round) bool, late func(res nodeResult, token int64)) []nodeResult {
-	rd := r.start(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) })
-	rd.until(early)
-	results := rd.results
-	if rd.complete() {
-		rd.rest(nil)
+func (r *Redlock) checked(ctx context.Context, ifToken int64, call tokenCall, early func(view) bool, late func(res nodeResult, token int64)) []nodeResult {
+	rd := r.call(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) { return call(ctx, i, n, ifToken) }, early)
+	results := rd.Answers()
+	if rd.Complete() {
+		rd.Rest(nil, nil)
 	} else {
 		// Decided by a quorum that matched: a node that answers later with a
 		// mismatch is called again without the check, as below.
 		token := count(results, StatusOK).maxToken
-		rd.rest(func(res nodeResult) {
+		rd.Rest(func(res nodeResult) {
 			if ifToken != 0 && res.err == nil && res.reply.Status == StatusMismatch {
 				res.reply, res.err = r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) { return call(ctx, res.i, n, 0) })
 			}
 			late(res, token)
-		})
+		}, nil)
 	}
 	t := count(results, StatusOK)
 	if ifToken == 0 || t.ok < r.quorum || t.mismatch == 0 {
@@ -204,7 +203,7 @@ func (r *Redlock) checked(ctx context.Context, ifToken int64, call func(ctx cont
 // recallMismatches calls the nodes that answered StatusMismatch in results
 // again without the token check, and puts their answers in place of the
 // mismatches (see checked).
-func (r *Redlock) recallMismatches(ctx context.Context, results []nodeResult, call func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error)) []nodeResult {
+func (r *Redlock) recallMismatches(ctx context.Context, results []nodeResult, call tokenCall) []nodeResult {
 	again := r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 		if res := results[i]; res.err != nil || res.reply.Status != StatusMismatch {
 			return NodeReply{}, nil // kept as it was
@@ -219,15 +218,19 @@ func (r *Redlock) recallMismatches(ctx context.Context, results []nodeResult, ca
 	return results
 }
 
+// tokenCall is one node call of an Extend or Release (see checked) with
+// ifToken, the token expected (0: none).
+type tokenCall func(ctx context.Context, i int, n Node, ifToken int64) (NodeReply, error)
+
 // matched decides an extend or release round (see checked) once a quorum
 // of the nodes heard did it and none refused it for another token: the
 // nodes still to answer cannot change the verdict (see verdict), and a
 // mismatch, which may still turn into a success, waits for every node.
-func (r *Redlock) matched(rd *round) bool {
+func (r *Redlock) matched(v view) bool {
 	ok := 0
-	for i, res := range rd.results {
+	for i, res := range v.Answers {
 		switch {
-		case !rd.heard[i] || res.err != nil:
+		case !v.Heard[i] || res.err != nil:
 		case res.reply.Status == StatusMismatch:
 			return false
 		case res.reply.Status == StatusOK:

@@ -2,5 +2,5 @@
 
 package lockcore
 
-// raceBuild: built with -race (see callers).
+// raceBuild: built with -race (see keptCallers).
 const raceBuild = false

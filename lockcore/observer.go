@@ -52,9 +52,9 @@ func (r *Redlock) quorumFailed(err error) {
 // it answers one in time again (see the package doc). It changes no
 // answer; it is for metrics.
 func (r *Redlock) Behind() []bool {
-	out := make([]bool, len(r.pace.nodes))
+	out := make([]bool, len(r.nodes))
 	for i := range out {
-		out[i] = r.pace.behind(i)
+		out[i] = r.q.Behind(i)
 	}
 	return out
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/unprotected"
+	"github.com/lockgate/lockgate/lockcore/internal/quorum"
 )
 
 // Clock tells time and sets timers, for everything a Redlock times:
@@ -128,12 +128,12 @@ type Redlock struct {
 	// only checks, and no lagging counter is raised in the background.
 	unprotected bool
 	lates       lateLeases // acquisitions answered with calls still under way
-	bg          background // rounds whose late answers are being acted on
-	pace        pace       // which nodes the rounds' graces wait for
-	callers     *callers   // the goroutines that make the rounds' node calls
-	// unheard holds, by node, the error a round's result holds until the
-	// node answers (errUnheard): made once, shared by every round.
-	unheard []error
+	bg          background // late answers being acted on, fencing catch-ups
+	// q makes the rounds' calls: each node's pace, the kept goroutines.
+	q *quorum.Group
+	// unheard holds, by node, the result a round holds until the node
+	// answers (errUnheard): made once, shared by every round.
+	unheard []nodeResult
 }
 
 // New returns a Redlock over nodes. It fails with ErrInvalid when there are
@@ -157,15 +157,13 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 		if _, ok := n.(HandOffer); !ok {
 			r.handOff = false
 		}
-		r.unheard = append(r.unheard, &NodeError{Node: n.String(), Err: errUnheard})
 	}
 	r.unprotected = unprotected.All(nodes)
+	r.unheard = unheardResults(r.nodes)
 	r.waits = newWaitRoom(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
 	r.guard = newGuard(r)
-	r.pace.nodes = make([]atomic.Uint64, len(r.nodes))
-	r.pace.graceMin = graceMin
-	r.callers = newCallers(maxCallers, !raceBuild)
+	r.q = quorum.New(r.quorumConfig(0, keptCallers()))
 	return r, nil
 }
 
@@ -198,7 +196,7 @@ func (r *Redlock) Close() {
 	r.waits.close()
 	r.guard.close()
 	r.bg.wait()
-	r.callers.close()
+	r.q.Close()
 }
 
 // drift is the clock drift allowance of a lock with this TTL:

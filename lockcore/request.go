@@ -4,7 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"sync/atomic"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,32 +23,6 @@ type AcquireRequest struct {
 	Wait time.Duration
 	// Owner is a free label shown by Inspect.
 	Owner string
-
-	// minted is set when Acquire minted LeaseID: such a lease cannot hold
-	// anything from an earlier request.
-	minted bool
-	// fresh is set when the request's first round showed that the lease did
-	// not hold the lock before the request (see mayHold), or, for a request
-	// that joined a queue without trying, when its retry check found that
-	// the lease holds no quorum (see waitRoom.acquire): a node that says
-	// it re-entered then holds a copy from this request's own earlier round
-	// (whose answer was lost) or a stray minority copy, and the answer is a
-	// new grant. tried is set after the first round.
-	fresh, tried bool
-	// rounds counts a waiting request's rounds (nil for one that does not
-	// wait), and round is the number of the round a copy of the request
-	// belongs to (see superseded).
-	rounds *atomic.Int64
-	round  int64
-}
-
-// superseded reports whether a later round of the request has begun since
-// the round req is a copy of. A clean-up of that round's copies (undoOn,
-// retryUndo) must then stop: the request's lease id is the same in every
-// round, so a release sent for the earlier round would free the later
-// round's grant (the lease would then answer 404 to its holder).
-func (req AcquireRequest) superseded() bool {
-	return req.rounds != nil && req.rounds.Load() != req.round
 }
 
 // Waits reports whether the request may wait for a held lock.
@@ -158,8 +133,40 @@ func NewLeaseID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// PermitSep joins a semaphore's name and a permit's number into the
+// resource name of the permit's lock ("jobs/2", see PermitResource). It
+// lies outside the resource alphabet, so a permit's lock never shares its
+// name with a lock that ValidResource accepts, and List never shows it.
+const PermitSep = '/'
+
+// MaxPermits bounds a semaphore's number of permits.
+const MaxPermits = 64
+
+// PermitResource returns the resource name of the lock that is permit i of
+// the semaphore name (a valid resource name, 0 <= i < MaxPermits).
+// Acquire, Extend, Release, Inspect and ForceRelease accept it; it is no
+// valid resource name for ValidResource, so it cannot collide with a lock.
+func PermitResource(name string, i int) string {
+	return name + string(PermitSep) + strconv.Itoa(i)
+}
+
+// validPermit reports whether name is a PermitResource name.
+func validPermit(name string) bool {
+	base, num, ok := strings.Cut(name, string(PermitSep))
+	if !ok || !ValidResource(base) || num == "" || len(num) > 2 || (len(num) > 1 && num[0] == '0') {
+		return false
+	}
+	for j := range len(num) {
+		if num[j] < '0' || num[j] > '9' {
+			return false // only the canonical form: "x/+1" must not alias "x/1"
+		}
+	}
+	i, _ := strconv.Atoi(num)
+	return i < MaxPermits
+}
+
 func (r *Redlock) checkResource(name string) error {
-	if !ValidResource(name) {
+	if !ValidResource(name) && !validPermit(name) {
 		return &InvalidError{Field: "resource", Reason: "must be 1 to 200 characters of A-Z a-z 0-9 . _ - :"}
 	}
 	return nil

@@ -5,12 +5,15 @@ import (
 	"time"
 )
 
+// nodeResult is node i's answer to a round.
 type nodeResult struct {
 	i     int
 	reply NodeReply
 	err   error
-	at    time.Time // when the answer came (see pace)
 }
+
+// Failed reports whether the call failed (see quorum.Answer).
+func (res nodeResult) Failed() bool { return res.err != nil }
 
 // tally counts node results by outcome.
 type tally struct {

@@ -20,25 +20,25 @@ import (
 // answer may hold that earlier lock and is left alone (a copy this attempt
 // made there expires with the TTL), and when any node answered Reentered
 // nothing is released at all: the lease keeps what it had.
-func (r *Redlock) undoAcquire(req AcquireRequest, results []nodeResult, reentered bool) {
+func (r *Redlock) undoAcquire(at attempt, results []nodeResult, reentered bool) {
 	if reentered {
 		return
 	}
 	undo := make([]bool, len(results))
 	for i, res := range results {
 		unheard := res.err != nil && errors.Is(res.err, errUnheard) // undone when it answers (see lateAcquire)
-		undo[i] = (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && req.minted && !unheard)
+		undo[i] = (res.err == nil && res.reply.Status == StatusGranted) || (res.err != nil && at.minted && !unheard)
 	}
-	r.undoOn(req, undo)
+	r.undoOn(at, undo)
 }
 
-// undoOn releases req's lease on the nodes marked in undo and tells the
+// undoOn releases at's lease on the nodes marked in undo and tells the
 // waiting room which released it. A minted lease's releases that failed
 // are tried again in the background (see retryUndo), until a later round
-// of the same request begins (see AcquireRequest.superseded).
-func (r *Redlock) undoOn(req AcquireRequest, undo []bool) {
-	resource, lease := req.Resource, req.LeaseID
-	if !slices.Contains(undo, true) || req.superseded() {
+// of the same request begins (see attempt.superseded).
+func (r *Redlock) undoOn(at attempt, undo []bool) {
+	resource, lease := at.Resource, at.LeaseID
+	if !slices.Contains(undo, true) || at.superseded() {
 		return
 	}
 	results := r.fanout(context.Background(), func(ctx context.Context, i int, n Node) (NodeReply, error) {
@@ -48,13 +48,13 @@ func (r *Redlock) undoOn(req AcquireRequest, undo []bool) {
 		return n.Release(ctx, resource, lease, 0)
 	})
 	r.waits.announce(resource, released(results))
-	if req.minted {
+	if at.minted {
 		var again []bool
 		for i, res := range results {
 			again = append(again, undo[i] && res.err != nil)
 		}
 		if slices.Contains(again, true) {
-			go r.retryUndo(resource, lease, again, req.TTL, req.superseded)
+			go r.retryUndo(resource, lease, again, at.TTL, at.superseded)
 		}
 	}
 }
@@ -66,7 +66,7 @@ func (r *Redlock) undoOn(req AcquireRequest, undo []bool) {
 // lease may be released late: nobody else can hold it, while a client that
 // chose its lease id may have acquired with it meanwhile; and the same
 // request may have too, in a later round: it stops once superseded reports
-// true (see AcquireRequest.superseded). It stops when the Redlock is
+// true (see attempt.superseded). It stops when the Redlock is
 // closed.
 func (r *Redlock) retryUndo(resource, lease string, again []bool, ttl time.Duration, superseded func() bool) {
 	// Real time, like the node calls it retries: this is clean-up that no

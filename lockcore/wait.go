@@ -21,13 +21,14 @@ import (
 // waitRoom is a Redlock's waiting room.
 type waitRoom struct {
 	r    *Redlock
-	room *waitroom.Room[AcquireRequest, *Lease]
+	room *waitroom.Room[acquisition, *Lease]
 }
 
-// waiter is a queue's head claimed for a hand-off by a Release.
+// waiter is a queue's head claimed for a hand-off by a Release: q is the
+// copy of its acquisition that the room kept when it joined.
 type waiter struct {
-	c   *waitroom.Claim[AcquireRequest, *Lease]
-	req AcquireRequest
+	c *waitroom.Claim[acquisition, *Lease]
+	q acquisition
 }
 
 func newWaitRoom(r *Redlock) *waitRoom {
@@ -37,7 +38,7 @@ func newWaitRoom(r *Redlock) *waitRoom {
 			watches[i] = w.Watch
 		}
 	}
-	return &waitRoom{r: r, room: waitroom.New[AcquireRequest](waitroom.Config[*Lease]{
+	return &waitRoom{r: r, room: waitroom.New[acquisition](waitroom.Config[*Lease]{
 		Clock:        r.opt.Clock,
 		Quorum:       r.quorum,
 		Watches:      watches,
@@ -47,16 +48,16 @@ func newWaitRoom(r *Redlock) *waitRoom {
 	})}
 }
 
-// acquire waits in the queue for req.Resource until the lock is acquired,
-// req.Wait runs out, ctx ends or the room closes.
-func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+// acquire waits in the queue for q.Resource until the lock is acquired,
+// q.Wait runs out, ctx ends or the room closes.
+func (wr *waitRoom) acquire(ctx context.Context, q acquisition) (*Lease, error) {
 	r := wr.r
 	// The answer of the Try or Refresh that ended the wait, if one did.
 	var lease *Lease
 	var err error
-	req.rounds = new(atomic.Int64) // see AcquireRequest.superseded
+	q.rounds = new(atomic.Int64) // see attempt.superseded
 	try := func(ctx context.Context) waitroom.Result {
-		lease, err = r.tryAcquire(ctx, &req) // req keeps what its first round learnt
+		lease, err = r.tryAcquire(ctx, &q) // q keeps what its first round learnt
 		if taken, ok := errors.AsType[*TakenError](err); ok {
 			return waitroom.Result{FreeIn: cmp.Or(max(0, taken.RetryAfter), r.opt.MinTTL), Split: taken.granted > 0}
 		}
@@ -68,28 +69,28 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 		return waitroom.Result{Done: true, Expires: lease.Expires}
 	}
 	var refresh func(ctx context.Context) bool
-	if !req.minted {
+	if !q.minted {
 		// Others wait, so this request will not try ahead of them; but its
 		// lease may already hold the lock (a retry whose answer was lost):
 		// then refreshing it is the answer, not a place in the queue.
 		refresh = func(ctx context.Context) bool {
-			lease, err = r.Extend(ctx, ExtendRequest{Resource: req.Resource, LeaseID: req.LeaseID, TTL: req.TTL})
+			lease, err = r.Extend(ctx, ExtendRequest{Resource: q.Resource, LeaseID: q.LeaseID, TTL: q.TTL})
 			switch {
 			case err == nil:
-				lease.Owner = req.Owner
+				lease.Owner = q.Owner
 				return true
 			case errors.Is(err, ErrNotHeld) || errors.Is(err, ErrHeldByOther):
 				// The lease cannot hold a quorum (see verdict): every copy
 				// a later round finds, a hand-off's lost grant included,
-				// is this request's own (see AcquireRequest.fresh).
-				req.tried, req.fresh = true, true
+				// is this request's own (see acquisition.fresh).
+				q.tried, q.fresh = true, true
 				return false
 			}
 			return true
 		}
 	}
-	out := wr.room.Wait(ctx, waitroom.Request[AcquireRequest]{
-		Resource: req.Resource, Lease: req.LeaseID, Wait: req.Wait, Try: try, Refresh: refresh, Data: req,
+	out := wr.room.Wait(ctx, waitroom.Request[acquisition]{
+		Resource: q.Resource, Lease: q.LeaseID, Wait: q.Wait, Try: try, Refresh: refresh, Data: q,
 	})
 	switch out.End {
 	case waitroom.Tried:
@@ -97,7 +98,7 @@ func (wr *waitRoom) acquire(ctx context.Context, req AcquireRequest) (*Lease, er
 	case waitroom.Handed:
 		return r.handOver(ctx, out.Lease, nil)
 	case waitroom.RanOut:
-		return nil, &TakenError{Resource: req.Resource, RetryAfter: out.FreeIn}
+		return nil, &TakenError{Resource: q.Resource, RetryAfter: out.FreeIn}
 	case waitroom.TooMany:
 		return nil, ErrTooManyWaiters
 	case waitroom.Canceled:
@@ -114,7 +115,7 @@ func (wr *waitRoom) claim(resource, lease string) *waiter {
 	if c == nil {
 		return nil
 	}
-	return &waiter{c: c, req: c.Data()}
+	return &waiter{c: c, q: c.Data()}
 }
 
 // deliver ends a hand-off to w: it gets lease, or, when the hand-off failed

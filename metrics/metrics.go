@@ -189,6 +189,39 @@ func (m *Metrics) Waiters(waiting func() int) {
 	}, func() float64 { return float64(waiting()) }))
 }
 
+// PermitsInUse exports, as the gauge lockgate_permits_in_use, the
+// semaphore permits granted or extended through this replica that are
+// still held (not released through it, validity not run out), read from
+// inUse (e.g. (*semaphore.Semaphores).InUse) at every scrape. Call it at
+// most once.
+func (m *Metrics) PermitsInUse(inUse func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_permits_in_use",
+		Help: "Semaphore permits granted or extended through this replica and still held.",
+	}, func() float64 { return float64(inUse()) }))
+}
+
+// Watch exports the watch hub's figures, read at every scrape: the gauge
+// lockgate_watchers (long polls and event streams open now, from
+// watchers), and the counters lockgate_watch_events_sent_total (events
+// handed to watchers, from sent) and lockgate_watch_dropped_total
+// (watchers dropped for reading too slowly, from dropped). Call it at most
+// once.
+func (m *Metrics) Watch(watchers func() int, sent, dropped func() int64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_watchers",
+		Help: "Long polls and event streams open on this replica right now.",
+	}, func() float64 { return float64(watchers()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "lockgate_watch_events_sent_total",
+		Help: "Lock events handed to watchers on this replica.",
+	}, func() float64 { return float64(sent()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "lockgate_watch_dropped_total",
+		Help: "Watchers dropped for reading their events too slowly.",
+	}, func() float64 { return float64(dropped()) }))
+}
+
 // Behind exports, as the gauge lockgate_node_behind, whether each node is
 // behind (see (*lockcore.Redlock).Behind): behind is read at every scrape
 // and must return one value per name, in the same order. Call it at most

@@ -235,3 +235,38 @@ func TestBuildInfo(t *testing.T) {
 		t.Errorf("lockgate_build_info{version=%q,revision=%q} = %v, want 1", version, revision, v)
 	}
 }
+
+func TestPermitsInUse(t *testing.T) {
+	m := New()
+	inUse := 0
+	m.PermitsInUse(func() int { return inUse })
+	inUse = 3
+	if v := value(t, m, "lockgate_permits_in_use"); v != 3 {
+		t.Errorf("lockgate_permits_in_use = %v, want 3", v)
+	}
+}
+
+func TestWatchFiguresAreReadAtEveryScrape(t *testing.T) {
+	m := New()
+	watchers, sent, dropped := 3, int64(10), int64(1)
+	m.Watch(func() int { return watchers }, func() int64 { return sent }, func() int64 { return dropped })
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"lockgate_watchers", 3},
+		{"lockgate_watch_events_sent_total", 10},
+		{"lockgate_watch_dropped_total", 1},
+	} {
+		if v := value(t, m, c.name); v != c.want {
+			t.Errorf("%s = %v, want %v", c.name, v, c.want)
+		}
+	}
+	watchers, sent = 0, 12
+	if v := value(t, m, "lockgate_watchers"); v != 0 {
+		t.Errorf("lockgate_watchers = %v after the watchers left, want 0", v)
+	}
+	if v := value(t, m, "lockgate_watch_events_sent_total"); v != 12 {
+		t.Errorf("lockgate_watch_events_sent_total = %v, want 12", v)
+	}
+}

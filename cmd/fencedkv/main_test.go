@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/pgtest"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/internal/testlog"
@@ -178,12 +179,7 @@ func TestRunServesEachStoreAndShutsDown(t *testing.T) {
 
 func TestRunFailsOnAnUnreachableStore(t *testing.T) {
 	// A port that was free a moment ago: nothing answers there.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := freeport.Addr(t)
 	tests := []struct {
 		name, flag, value, want string
 	}{

@@ -27,6 +27,15 @@ type config struct {
 	DefaultTTL  time.Duration
 	MaxWait     time.Duration
 	MaxWaiters  int
+	// MaxWatchers bounds long polls and event streams per replica
+	// (watch.Options.MaxWatchers).
+	MaxWatchers int
+	// StreamIdle ends an event stream without events for that long
+	// (handlers.Options.StreamIdle).
+	StreamIdle time.Duration
+	// WatchPoll is how often a watched lock is read when nothing is
+	// announced (watch.Options.Poll).
+	WatchPoll time.Duration
 	// WaitersPerCaller is -max-waiters-per-caller as given (0: see
 	// waiterShare).
 	WaitersPerCaller int
@@ -162,6 +171,16 @@ var settings = []setting{
 		c.MaxWaiters = n
 		return nil
 	}},
+	{"max-watchers", "LOCKGATE_MAX_WATCHERS", "1000", "long polls and event streams (GET /locks/{resource} with wait_ms or Accept: text/event-stream) per replica before 429", func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("must be a whole number ≥ 1")
+		}
+		c.MaxWatchers = n
+		return nil
+	}},
+	{"watch-poll", "LOCKGATE_WATCH_POLL", "1s", "how often a watched lock is read again when no release is announced: bounds how late watchers see an acquisition on another replica; each watched lock costs one quorum read per period", durationSetting(func(c *config) *time.Duration { return &c.WatchPoll })},
+	{"stream-idle", "LOCKGATE_STREAM_IDLE", "5m", "an event stream without an event for this long ends (the client connects again)", durationSetting(func(c *config) *time.Duration { return &c.StreamIdle })},
 	{"max-waiters-per-caller", "LOCKGATE_MAX_WAITERS_PER_CALLER", "0", "waiting acquires one caller (token name, client certificate, else IP address) may have on a replica before 429, within -max-waiters; 0: a quarter of -max-waiters", func(c *config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

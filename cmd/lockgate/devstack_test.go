@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/internal/walkthrough"
 )
@@ -45,24 +46,6 @@ func devStackRun(t *testing.T, env []string, sub string) (string, int) {
 	}
 }
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
 // TestDevStack brings scripts/dev-stack up as a developer would (on free
 // ports, in a temporary state directory), pastes every walkthrough of
 // README.md and docs/*.md twice in a row against it and compares each
@@ -73,7 +56,7 @@ func TestDevStack(t *testing.T) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatal("redis-cli not found: apt-get install redis-server (it brings redis-tools)")
 	}
-	ports := freePorts(t, 5)
+	ports := freeport.Ports(t, 5)
 	state := t.TempDir()
 	env := []string{
 		"DEVSTACK_DIR=" + state,

@@ -18,7 +18,7 @@ import (
 var flagTypes = map[string]string{
 	"addr": "host:port", "redis": "URLs", "redis-password-file": "file", "node-timeout": "duration", "drift-factor": "fraction",
 	"min-ttl": "duration", "max-ttl": "duration", "default-ttl": "duration", "max-wait": "duration",
-	"max-waiters": "count", "max-waiters-per-caller": "count", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
+	"max-waiters": "count", "max-waiters-per-caller": "count", "max-watchers": "count", "stream-idle": "duration", "watch-poll": "duration", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
 	"tls-cert": "file", "tls-key": "file", "tls-client-ca": "file", "rate-limit": "per-second", "rate-burst": "count",
 	"read-header-timeout": "duration", "read-body-timeout": "duration", "max-header-bytes": "bytes", "ui": "bool",
 }

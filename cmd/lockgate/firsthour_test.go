@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -104,7 +105,7 @@ func TestAnAddressInUseNamesHowItWasGiven(t *testing.T) {
 // the gateway says when fewer than a quorum answer.
 func TestStartupWarnsAboutSilentNodes(t *testing.T) {
 	servers := redistest.StartN(t, 2, nil)
-	deadPort := freePorts(t, 1)[0]
+	deadPort := freeport.Ports(t, 1)[0]
 	dead := "redis://127.0.0.1:" + strconv.Itoa(deadPort)
 	g := startGateway(t, []string{"-redis", servers[0].URL() + "," + servers[1].URL() + "," + dead}, nil)
 	logs := g.log.String()
@@ -118,7 +119,7 @@ func TestStartupWarnsAboutSilentNodes(t *testing.T) {
 		t.Errorf("%d PING warnings, want 1 (the two live nodes answer)", n)
 	}
 
-	g2 := startGateway(t, []string{"-redis", dead + ",redis://127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])}, nil)
+	g2 := startGateway(t, []string{"-redis", dead + ",redis://" + freeport.Addr(t)}, nil)
 	if !strings.Contains(g2.log.String(), "fewer lock nodes answer than a quorum") {
 		t.Errorf("no quorum warning with every node silent:\n%s", g2.log)
 	}

@@ -29,6 +29,8 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
+	"github.com/lockgate/lockgate/lockcore/semaphore"
+	"github.com/lockgate/lockgate/lockcore/watch"
 	"github.com/lockgate/lockgate/metrics"
 	"github.com/lockgate/lockgate/ui"
 )
@@ -89,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		warnSilentNodes(ctx, nodes, locker.Quorum(), log)
 	}
 	m.Waiters(locker.Waiting)
+	sems := semaphore.New(locker)
+	m.PermitsInUse(sems.InUse)
 	m.Behind(names, locker.Behind)
 	m.ServesAgain(names, func() []time.Time {
 		reports := locker.NodeReports()
@@ -99,9 +103,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return out
 	})
 
+	hub := watch.New(locker, &watch.Options{MaxWatchers: cfg.MaxWatchers, Poll: cfg.WatchPoll})
+	defer hub.Close()
+	m.Watch(hub.Watchers, hub.EventsSent, hub.Dropped)
+
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
 		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
+		Watch: hub, StreamIdle: cfg.StreamIdle, Semaphores: sems,
 	}
 	if cfg.ui {
 		hopts.UI = ui.Files()
@@ -141,6 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	}
 	log.Info().Msg("shutting down: ending waits, finishing requests in flight")
 	locker.Close()
+	hub.Close() // ends the event streams, which would hold Shutdown
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

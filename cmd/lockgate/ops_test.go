@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -320,7 +321,7 @@ func TestGoRedisLogsGoIntoTheJSONLog(t *testing.T) {
 // a start over a Redis that refuses connections logs only JSON lines, from
 // the very first: go-redis's failed dials included.
 func TestTheFirstLogLinesOfAStartWithoutRedisAreJSON(t *testing.T) {
-	port := freePorts(t, 1)[0] // closed: nothing listens there
+	port := freeport.Ports(t, 1)[0] // closed: nothing listens there
 	p := startLockgate(t, "-addr", "127.0.0.1:0", "-node-timeout", "100ms", "-min-ttl", "1s",
 		"-redis", fmt.Sprintf("redis://127.0.0.1:%d", port))
 	deadline := time.Now().Add(20 * time.Second)

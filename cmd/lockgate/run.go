@@ -35,11 +35,15 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		"Exit status: the command's (128+N if signal N killed it); 75 the lock is held by\n"+
 		"another lease and --wait ran out; 69 the gateway could not be reached or refused;\n"+
 		"77 access denied; 70 the lock was lost while the command ran (it was sent SIGTERM,\n"+
-		"then SIGKILL after --kill-after); 126/127 the command could not be started; 64 usage.")
+		"then SIGKILL after --kill-after); 126/127 the command could not be started; 64 usage.\n"+
+		"With --permits K, NAME is a semaphore of K permits: the command runs while holding\n"+
+		"one of them (up to K commands at once) and also gets LOCKGATE_PERMIT, its number;\n"+
+		"75 then means all K are held, 64 that their holders use another K.")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL; the lock is renewed about every TTL/3")
 	wait := fs.Duration("wait", 0, "how long to wait for a lock another lease holds")
 	killAfter := fs.Duration("kill-after", 10*time.Second, "after a lost lock, SIGKILL this long after SIGTERM")
 	owner := fs.String("owner", defaultOwner(), "label shown by status")
+	permits := fs.Int("permits", 0, "hold one of the K permits of the semaphore NAME instead of the lock NAME (1 to 64)")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
@@ -49,8 +53,10 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		return c.usagef("--lock NAME is required")
 	case len(command) == 0:
 		return c.usagef("no command: lockgate run --lock NAME -- command [args...]")
-	case *ttl <= 0 || *killAfter <= 0 || *wait < 0:
+	case badDurations(*ttl, *killAfter, *wait):
 		return c.usagef("--ttl and --kill-after must be positive, --wait not negative")
+	case *permits < 0 || *permits > 64:
+		return c.usagef("--permits must be between 1 and 64 (0: a lock)")
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -74,7 +80,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		case <-acquired:
 		}
 	}()
-	l, err := cl.Lock(ctx, c.lock, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
+	l, err := take(ctx, cl, c.lock, *permits, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
 	close(acquired)
 	<-watched
 	cancel()
@@ -92,10 +98,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"LOCKGATE_RESOURCE="+l.Resource(),
-		"LOCKGATE_LEASE_ID="+l.LeaseID(),
-		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
+	cmd.Env = commandEnv(l)
 	// Pdeathsig: if run itself dies (SIGKILL, OOM), nobody renews the lock
 	// any more, so the command is told at once.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -158,11 +161,40 @@ func release(c *common, l *client.Lock) {
 	}
 }
 
+// badDurations reports whether run's durations are out of range.
+func badDurations(ttl, killAfter, wait time.Duration) bool {
+	return ttl <= 0 || killAfter <= 0 || wait < 0
+}
+
+// commandEnv is the command's environment: run's, with the lock's (or
+// permit's) resource, lease id and fencing token, and the permit's number.
+func commandEnv(l *client.Lock) []string {
+	env := append(os.Environ(),
+		"LOCKGATE_RESOURCE="+l.Resource(),
+		"LOCKGATE_LEASE_ID="+l.LeaseID(),
+		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
+	if l.Permit() >= 0 {
+		env = append(env, "LOCKGATE_PERMIT="+strconv.Itoa(l.Permit()))
+	}
+	return env
+}
+
+// take holds the lock name, or with permits > 0 one of the permits of the
+// semaphore name.
+func take(ctx context.Context, cl *client.Client, name string, permits int, o *client.LockOptions) (*client.Lock, error) {
+	if permits > 0 {
+		return cl.HoldPermit(ctx, name, permits, o)
+	}
+	return cl.Lock(ctx, name, o)
+}
+
 // acquireExit is run's status when the lock could not be taken.
 func acquireExit(err error) int {
 	switch {
-	case errors.Is(err, client.ErrTaken):
+	case errors.Is(err, client.ErrTaken), errors.Is(err, client.ErrSemaphoreFull):
 		return exitTaken
+	case errors.Is(err, client.ErrPermitsMismatch):
+		return exitUsage
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		return exitDenied
 	case errors.Is(err, client.ErrBadRequest):

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -56,7 +57,7 @@ func TestNoSecretOnTheCommandLine(t *testing.T) {
 	}
 	rdb.Close()
 
-	addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
+	addr := freeport.Addr(t)
 	base := "http://" + addr
 	gw := startLockgate(t, "-addr", addr, "-redis", srv.URL(), "-redis-password-file", pwFile, "-auth-file", authFile,
 		"-node-timeout", "150ms", "-min-ttl", "500ms")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/redistest"
 )
 
@@ -85,7 +86,7 @@ func writeCerts(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 func TestRedisOverTLSWithAPassword(t *testing.T) {
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeCerts(t, dir)
-	tlsPorts := freePorts(t, 3)
+	tlsPorts := freeport.Ports(t, 3)
 	const password = "tls-s3cret-pw"
 	var urls []string
 	for _, p := range tlsPorts {
@@ -101,7 +102,7 @@ func TestRedisOverTLSWithAPassword(t *testing.T) {
 		urls = append(urls, "rediss://:"+password+"@127.0.0.1:"+strconv.Itoa(p))
 	}
 
-	addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
+	addr := freeport.Addr(t)
 	logFile := filepath.Join(dir, "gateway.log")
 	logOut, err := os.Create(logFile)
 	if err != nil {

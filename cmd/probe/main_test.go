@@ -2,11 +2,12 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/freeport"
 )
 
 func TestProbe(t *testing.T) {
@@ -21,12 +22,7 @@ func TestProbe(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + l.Addr().String() + "/"
-	l.Close()
+	closed := "http://" + freeport.Addr(t) + "/"
 
 	tests := []struct {
 		name string

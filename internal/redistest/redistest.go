@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/freeport"
 	"github.com/lockgate/lockgate/internal/proc"
 )
 
@@ -85,13 +86,13 @@ func Start(t testing.TB, opts *Options) *Server {
 	return s
 }
 
-// start launches s on a free port, trying another port when one was taken
-// meanwhile, and kills it when the test ends.
+// start launches s on a free port (package freeport), trying another port
+// when one was taken meanwhile, and kills it when the test ends.
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			t.Fatalf("redistest: no free port: %v", err)
 		}
@@ -252,15 +253,4 @@ func ping(addr string) error {
 		return errors.New("unexpected reply " + strings.TrimSpace(line))
 	}
 	return nil
-}
-
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before redis-server binds; Start retries on a new port then.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -106,19 +106,43 @@ func (s lossSuite) quarantineRestartsItsClock(t *testing.T) {
 // grows), grants nothing, and a Repair ends it; a loss of the data takes
 // the mark with it.
 func (s lossSuite) markInitializing(t *testing.T) {
-	ctx := context.Background()
 	n := s.newNode(t)
-	if epoch, err := n.MarkInitializing(ctx); err != nil || epoch != "" {
-		t.Fatalf("MarkInitializing of a node in service: %q, %v; want no epoch", epoch, err)
-	}
-	if h := mustCheck(t, n); !h.Initialized || h.Initializing {
-		t.Fatalf("Check of a node in service after MarkInitializing: %+v; want initialized, no mark", h)
-	}
+	markInService(t, n)
 	s.grant(t, n, "loss-m")
 	s.loseData(t, n)
 	if h := mustCheck(t, n); h.Initializing {
 		t.Fatalf("Check after the loss: %+v; want no mark", h)
 	}
+	epoch := markEmpty(t, n)
+	wantRefused(t, n, "loss-m", lossLease)
+	repairMarked(t, n, epoch)
+	s.loseData(t, n)
+	if h := mustCheck(t, n); h.Initializing || h.Epoch != "" {
+		t.Fatalf("Check after a second loss: %+v; want no mark, no epoch", h)
+	}
+	if err := n.Repair(context.Background(), make([]int64, lockcore.FenceSlots), epoch); !errors.Is(err, lockcore.ErrNodeChanged) {
+		t.Fatalf("Repair with the lost mark's epoch: %v; want ErrNodeChanged", err)
+	}
+}
+
+// markInService checks that MarkInitializing changes nothing on n, a node
+// in service.
+func markInService(t *testing.T, n lockcore.Node) {
+	t.Helper()
+	if epoch, err := n.MarkInitializing(context.Background()); err != nil || epoch != "" {
+		t.Fatalf("MarkInitializing of a node in service: %q, %v; want no epoch", epoch, err)
+	}
+	if h := mustCheck(t, n); !h.Initialized || h.Initializing {
+		t.Fatalf("Check of a node in service after MarkInitializing: %+v; want initialized, no mark", h)
+	}
+}
+
+// markEmpty marks n, a node without data, and checks that Check shows the
+// mark, for a time that grows, and that a second mark shares the first's
+// epoch, which it returns.
+func markEmpty(t *testing.T, n lockcore.Node) string {
+	t.Helper()
+	ctx := context.Background()
 	epoch, err := n.MarkInitializing(ctx)
 	if err != nil || epoch == "" {
 		t.Fatalf("MarkInitializing of an empty node: %q, %v; want an epoch", epoch, err)
@@ -135,7 +159,14 @@ func (s lossSuite) markInitializing(t *testing.T) {
 	if e2, err := n.MarkInitializing(ctx); err != nil || e2 != epoch {
 		t.Fatalf("MarkInitializing again: %q, %v; want the same epoch %q (gateways share a mark)", e2, err, epoch)
 	}
-	wantRefused(t, n, "loss-m", lossLease)
+	return epoch
+}
+
+// repairMarked checks that only a Repair with the mark's epoch puts n, a
+// marked node, in service, and that it ends the mark.
+func repairMarked(t *testing.T, n lockcore.Node, epoch string) {
+	t.Helper()
+	ctx := context.Background()
 	for _, stale := range []string{"", "another-epoch"} {
 		if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), stale); !errors.Is(err, lockcore.ErrNodeChanged) {
 			t.Fatalf("Repair with epoch %q: %v; want ErrNodeChanged", stale, err)
@@ -146,13 +177,6 @@ func (s lossSuite) markInitializing(t *testing.T) {
 	}
 	if h := mustCheck(t, n); !h.Initialized || h.Initializing || h.Quarantined {
 		t.Fatalf("Check after Repair: %+v; want in service, no mark", h)
-	}
-	s.loseData(t, n)
-	if h := mustCheck(t, n); h.Initializing || h.Epoch != "" {
-		t.Fatalf("Check after a second loss: %+v; want no mark, no epoch", h)
-	}
-	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), epoch); !errors.Is(err, lockcore.ErrNodeChanged) {
-		t.Fatalf("Repair with the lost mark's epoch: %v; want ErrNodeChanged", err)
 	}
 }
 
@@ -252,14 +276,22 @@ func (s lossSuite) adoptLocks(t *testing.T) {
 	if err := n.Repair(ctx, make([]int64, lockcore.FenceSlots), q.Epoch); err != nil {
 		t.Fatal(err)
 	}
+	checkAdopted(t, n, mine.Token+100)
+}
+
+// checkAdopted checks the locks adoptLocks had n adopt: the free one held
+// for its lease and beyond ttl, the same lease's with the larger token
+// (mineToken), the disputed one held for neither lease.
+func checkAdopted(t *testing.T, n lockcore.Node, mineToken int64) {
+	t.Helper()
 	if l := mustInspect(t, n, "adopt-free"); l.Lease != "adopt-lease-free-0123" || l.Token != 50 || l.Remaining <= ttl {
 		t.Fatalf("adopted free lock: %+v", l)
 	}
-	if l := mustInspect(t, n, "adopt-mine"); l.Lease != "adopt-lease-mine-0123" || l.Token != mine.Token+100 {
-		t.Fatalf("adopted lock of the same lease: %+v, want token %d", l, mine.Token+100)
+	if l := mustInspect(t, n, "adopt-mine"); l.Lease != "adopt-lease-mine-0123" || l.Token != mineToken {
+		t.Fatalf("adopted lock of the same lease: %+v, want token %d", l, mineToken)
 	}
 	for _, lease := range []string{"adopt-lease-here-0123", "adopt-lease-else-0123"} {
-		if rep, err := n.Extend(ctx, "adopt-both", lease, 0, 0); err != nil || rep.Status == lockcore.StatusOK {
+		if rep, err := n.Extend(context.Background(), "adopt-both", lease, 0, 0); err != nil || rep.Status == lockcore.StatusOK {
 			t.Fatalf("extend of a lock two leases' copies disagreed on, by %s: %+v, %v; want refused", lease, rep, err)
 		}
 		mustRefuse(t, n, lockcore.NodeAcquire{Resource: "adopt-both", Lease: lease, TTL: ttl})

@@ -148,12 +148,7 @@ func (c handOffCase) checkLock(t *testing.T, before, after lockcore.NodeLock, re
 	t.Helper()
 	switch {
 	case c.wantGot == lockcore.StatusGranted:
-		if rel.Token != before.Token || got.Token <= before.Token {
-			t.Fatalf("tokens: released %d (held %d), granted %d; want the held one and a higher one", rel.Token, before.Token, got.Token)
-		}
-		if !after.Found || after.Lease != c.next.Lease || after.Token != got.Token || after.Owner != c.next.Owner || after.TTL != ttl {
-			t.Fatalf("after the hand-off the node holds %+v, want %s with token %d", after, c.next.Lease, got.Token)
-		}
+		c.checkHandedOver(t, before, after, rel, got)
 	case c.wantRel == lockcore.StatusOK:
 		if after.Found {
 			t.Fatalf("released without a hand-off, yet the node holds %+v", after)
@@ -162,6 +157,18 @@ func (c handOffCase) checkLock(t *testing.T, before, after lockcore.NodeLock, re
 		if after != before && (after.Lease != before.Lease || after.Token != before.Token) {
 			t.Fatalf("a refused hand-off changed the lock: %+v, was %+v", after, before)
 		}
+	}
+}
+
+// checkHandedOver checks a granted hand-off: the held token released, a
+// higher one granted, and the lock now the next lease's.
+func (c handOffCase) checkHandedOver(t *testing.T, before, after lockcore.NodeLock, rel, got lockcore.NodeReply) {
+	t.Helper()
+	if rel.Token != before.Token || got.Token <= before.Token {
+		t.Fatalf("tokens: released %d (held %d), granted %d; want the held one and a higher one", rel.Token, before.Token, got.Token)
+	}
+	if !after.Found || after.Lease != c.next.Lease || after.Token != got.Token || after.Owner != c.next.Owner || after.TTL != ttl {
+		t.Fatalf("after the hand-off the node holds %+v, want %s with token %d", after, c.next.Lease, got.Token)
 	}
 }
 

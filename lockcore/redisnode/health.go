@@ -39,48 +39,60 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
 	v, info, refusing, err := n.probe(ctx)
-	switch {
-	case err != nil:
+	if err != nil {
 		return lockcore.NodeHealth{}, err
-	case refusing == "" && infoString(info, "maxmemory_policy") != "noeviction":
-		refusing = fmt.Sprintf("evicts keys (maxmemory-policy %s; lockgate needs noeviction)", infoString(info, "maxmemory_policy"))
-		if err := n.rdb.HDel(ctx, metaKey, "rid").Err(); err != nil {
-			return lockcore.NodeHealth{}, timedOut(ctx, err)
+	}
+	if refusing == "" {
+		var evicts bool
+		refusing, evicts = settingsRefusal(infoString(info, "maxmemory_policy"), v.format)
+		if evicts {
+			if err := n.rdb.HDel(ctx, metaKey, "rid").Err(); err != nil {
+				return lockcore.NodeHealth{}, timedOut(ctx, err)
+			}
 		}
-	case refusing == "" && v.format > dataFormat:
-		refusing = fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
 	}
 	id := infoString(info, "run_id")
 	if refusing != "" {
 		n.record(id, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
-	if v.init && v.rid == "" && v.format == 0 && v.qsince < 0 && n.protect == "1" {
-		// An earlier lockgate's node in service (data format 1): the
-		// first check of this version takes it over as it is, so that an
-		// upgrade keeps the cluster serving (see upgrade.lua and
-		// docs/operations.md, "Upgrading").
-		took, err := upgradeScript.Run(ctx, n.rdb, []string{metaKey}, id, dataFormat).Int64()
-		if err != nil {
-			return lockcore.NodeHealth{}, timedOut(ctx, err)
-		}
-		if took == 1 {
-			v.rid, v.format = id, dataFormat
-		}
+	if err := n.upgradeFormat1(ctx, &v, id); err != nil {
+		return lockcore.NodeHealth{}, err
 	}
-	h := judge(v, id)
-	n.mu.Lock()
-	// A node this gateway saw initialized and now finds empty lost its
-	// data (judge alone cannot tell it from a new node; the guard can,
-	// from the other nodes, but this Node says so at once).
-	h.Lost = h.Lost || (!h.Initialized && n.seenInit)
-	n.seenInit = n.seenInit || h.Initialized
-	n.mu.Unlock()
+	h := n.noteInitialized(judge(v, id))
 	if n.protect != "1" {
 		h = lockcore.NodeHealth{Initialized: true, Epoch: v.epoch}
 	}
 	n.record(id, h.Initialized && !h.Lost && !h.Quarantined, "")
 	return h, nil
+}
+
+// settingsRefusal decides whether a node that accepts writes still refuses
+// to serve because of its settings or data: a maxmemory-policy other than
+// noeviction (evicts: the node's recovery record must go too, so that once
+// the policy is fixed it recovers first), or a data format newer than
+// dataFormat. It returns "" when the node may serve. It is a pure
+// function of the INFO field and the record.
+func settingsRefusal(policy string, format int64) (refusing string, evicts bool) {
+	switch {
+	case policy != "noeviction":
+		return fmt.Sprintf("evicts keys (maxmemory-policy %s; lockgate needs noeviction)", policy), true
+	case format > dataFormat:
+		return fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", format, dataFormat), false
+	}
+	return "", false
+}
+
+// noteInitialized adds to h what this Node remembers: a node it saw
+// initialized and now finds empty lost its data (judge alone cannot tell
+// it from a new node; the guard can, from the other nodes, but this Node
+// says so at once).
+func (n *Node) noteInitialized(h lockcore.NodeHealth) lockcore.NodeHealth {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h.Lost = h.Lost || (!h.Initialized && n.seenInit)
+	n.seenInit = n.seenInit || h.Initialized
+	return h
 }
 
 // checkReply is check.lua's reply.
@@ -111,18 +123,33 @@ type checkReply struct {
 // the same process decides the same.
 func judge(v checkReply, id string) lockcore.NodeHealth {
 	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch}
+	if !v.init {
+		judgeEmpty(&h, v, id)
+	} else {
+		judgeInitialized(&h, v, id)
+	}
+	return h
+}
+
+// judgeEmpty is judge for a node that is not initialized.
+func judgeEmpty(h *lockcore.NodeHealth, v checkReply, id string) {
 	switch {
-	case !v.init && v.boot >= 0 && v.brid != id:
+	case v.boot < 0: // not marked: a new node, or one that lost its data
+	case v.brid != id:
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") since it was marked for initialization, which it lost"
-	case !v.init:
-		if v.boot >= 0 {
-			h.Initializing, h.InitializingFor = true, time.Duration(v.now-v.boot)*time.Millisecond
-		}
-	case v.qsince >= 0 && v.qrid == id && v.qdone:
-		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
+	default:
+		h.Initializing, h.InitializingFor = true, time.Duration(v.now-v.boot)*time.Millisecond
+	}
+}
+
+// judgeInitialized is judge for an initialized node.
+func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id string) {
+	switch {
 	case v.qsince >= 0 && v.qrid == id:
 		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
-		h.Lost, h.Reason = true, "its quarantine began but not every slot is marked yet"
+		if !v.qdone {
+			h.Lost, h.Reason = true, "its quarantine began but not every slot is marked yet"
+		}
 	case v.qsince >= 0:
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") holds a quarantined copy of its data"
 	case v.rid == "":
@@ -130,7 +157,6 @@ func judge(v checkReply, id string) lockcore.NodeHealth {
 	case v.rid != id:
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") since its data was last recovered (a restart, a restore or a failover)"
 	}
-	return h
 }
 
 // record remembers the server process the last Check found, and whether
@@ -411,6 +437,26 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err != nil {
 		return err
 	}
+	if err := n.repairSlots(ctx, floor, epoch); err != nil {
+		return err
+	}
+	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat).Int64(); {
+	case err != nil:
+		return err
+	case served != 1:
+		return lockcore.ErrNodeChanged
+	}
+	if err := n.unlink(ctx, legacy); err != nil { // folded into the slots above: no longer needed
+		return err
+	}
+	n.served(id)
+	return nil
+}
+
+// repairSlots runs repair.lua on every slot, pipelined, raising slot i's
+// counter to floor[i] while the node's epoch is epoch (else
+// lockcore.ErrNodeChanged).
+func (n *Node) repairSlots(ctx context.Context, floor []int64, epoch string) error {
 	if err := repairScript.Load(ctx, n.rdb).Err(); err != nil {
 		return err
 	}
@@ -427,73 +473,31 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 			return lockcore.ErrNodeChanged
 		}
 	}
-	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat).Int64(); {
-	case err != nil:
-		return err
-	case served != 1:
-		return lockcore.ErrNodeChanged
+	return nil
+}
+
+// unlink deletes keys, pipelined; none is nothing to do.
+func (n *Node) unlink(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
+		return nil
 	}
-	if len(legacy) > 0 { // folded into the slots above: no longer needed
-		pipe := n.rdb.Pipeline()
-		for _, k := range legacy {
-			pipe.Unlink(ctx, k)
-		}
-		if err := execAll(ctx, pipe); err != nil {
-			return err
-		}
+	pipe := n.rdb.Pipeline()
+	for _, k := range keys {
+		pipe.Unlink(ctx, k)
 	}
-	// In service for this gateway at once, unless a connection found
-	// another server process meanwhile (see onConnect): then only after
-	// the next Check.
+	return execAll(ctx, pipe)
+}
+
+// served records a repair of server process id: in service for this
+// gateway at once, unless a connection found another server process
+// meanwhile (see onConnect): then only after the next Check.
+func (n *Node) served(id string) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.seenInit = true
 	if n.connRunID == id {
 		n.runID, n.refusing = id, ""
 		n.trusted.Store(true)
-	}
-	n.mu.Unlock()
-	return nil
-}
-
-// legacyPattern matches the per-resource fencing counters of lockgate
-// before per-slot counters: lockgate:{resource}:fence, plain integers that
-// never expired.
-const legacyPattern = "lockgate:{*}:fence"
-
-// legacyCounters raises floor, per slot, to the per-resource counters an
-// earlier lockgate left on the node (so that tokens keep growing across
-// the upgrade), and returns their keys. It SCANs, never KEYS.
-func (n *Node) legacyCounters(ctx context.Context, floor []int64) ([]string, error) {
-	var keys []string
-	var cursor uint64
-	for {
-		batch, next, err := n.rdb.Scan(ctx, cursor, legacyPattern, 1000).Result()
-		if err != nil {
-			return nil, err
-		}
-		pipe := n.rdb.Pipeline()
-		gets := make([]*redis.StringCmd, len(batch))
-		for i, k := range batch {
-			gets[i] = pipe.Get(ctx, k)
-		}
-		if len(batch) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, err
-			}
-		}
-		for i, k := range batch {
-			v, err := gets[i].Int64()
-			if err != nil {
-				continue // gone meanwhile, or not a counter
-			}
-			resource := strings.TrimSuffix(strings.TrimPrefix(k, "lockgate:{"), "}:fence")
-			slot := lockcore.FenceSlot(resource)
-			floor[slot] = max(floor[slot], v)
-			keys = append(keys, k)
-		}
-		if cursor = next; cursor == 0 {
-			return keys, nil
-		}
 	}
 }
 

@@ -128,28 +128,39 @@ func (h *hub) run(ch <-chan any) {
 	for msg := range ch {
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
+			if m.Kind == "subscribe" {
+				h.onSubscribed(m.Channel)
 			}
-			h.mu.Lock()
-			if s := h.subs[m.Channel]; s != nil {
-				delete(h.subs, m.Channel)
-				close(s.done)
-			} else if c := h.chans[m.Channel]; c != nil && c.sub != nil && c.sub.confirmed() {
-				for w := range c.watches {
-					w.notify()
-				}
-			}
-			h.mu.Unlock()
 		case *redis.Message:
 			h.mu.Lock()
 			if c := h.chans[m.Channel]; c != nil {
-				for w := range c.watches {
-					w.notify()
-				}
+				c.notifyAll()
 			}
 			h.mu.Unlock()
 		}
+	}
+}
+
+// onSubscribed handles Redis's confirmation that channel is subscribed: a
+// marker's ends its SUBSCRIBE; a resource channel's, once its watches are
+// already subscribed, notifies them (see run).
+func (h *hub) onSubscribed(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[channel]; s != nil {
+		delete(h.subs, channel)
+		close(s.done)
+		return
+	}
+	if c := h.chans[channel]; c != nil && c.sub != nil && c.sub.confirmed() {
+		c.notifyAll()
+	}
+}
+
+// notifyAll notifies every watch of c. hub.mu must be held.
+func (c *hubChan) notifyAll() {
+	for w := range c.watches {
+		w.notify()
 	}
 }
 
@@ -180,6 +191,29 @@ func (h *hub) send() {
 	}
 }
 
+// hubAction is what send tells the connection about one channel.
+type hubAction int
+
+const (
+	hubNone        hubAction = iota // nothing to change
+	hubSubscribe                    // SUBSCRIBE the channel and its marker
+	hubUnsubscribe                  // UNSUBSCRIBE the channel
+)
+
+// sendAction decides what send tells the connection about a dirty channel:
+// a SUBSCRIBE when watches want it and their SUBSCRIBE is not sent yet
+// (unsent), an UNSUBSCRIBE when no watch wants it and the connection was
+// last told to subscribe, else nothing.
+func sendAction(want, subscribed, unsent bool) hubAction {
+	switch {
+	case want && unsent:
+		return hubSubscribe
+	case !want && subscribed:
+		return hubUnsubscribe
+	}
+	return hubNone
+}
+
 // sendOne handles the first dirty channel; it returns false when there is
 // none or the hub is closed.
 func (h *hub) sendOne() bool {
@@ -188,61 +222,73 @@ func (h *hub) sendOne() bool {
 		return false
 	default:
 	}
-	h.mu.Lock()
-	if len(h.dirty) == 0 {
-		h.mu.Unlock()
+	channel, sub, act, ok := h.takeDirty()
+	if !ok {
 		return false
 	}
-	channel := h.dirty[0]
-	h.dirty = h.dirty[1:]
-	c := h.chans[channel]
-	if c == nil { // not reached: a channel leaves chans only here
-		h.mu.Unlock()
-		return true
-	}
-	c.isDirty = false
-	want := len(c.watches) > 0
-	sub := c.sub
-	switch {
-	case want && sub != nil && !sub.sent:
-		sub.sent, c.subscribed = true, true
-	case !want && c.subscribed:
-		c.subscribed, sub = false, nil // UNSUBSCRIBE
-	default: // nothing to change
-		if !want {
-			delete(h.chans, channel)
-		}
-		h.mu.Unlock()
-		return true
-	}
-	if !want {
-		delete(h.chans, channel)
-	}
-	h.mu.Unlock()
-
 	// No deadline of send's own: go-redis bounds the write with its write
 	// timeout and a dial with its dial timeout, from when it gets to them.
 	// A deadline set here could run out while go-redis redials (see hub),
 	// and a write that fails on it makes go-redis drop a good connection.
 	ctx := context.Background()
-	if sub == nil {
+	switch act {
+	case hubUnsubscribe:
 		_ = h.ps.Unsubscribe(ctx, channel)
-		return true
+	case hubSubscribe:
+		h.subscribe(ctx, channel, sub)
 	}
+	return true
+}
+
+// takeDirty takes the first dirty channel off the queue and records, in
+// the hub's state, the command sendAction decides for it; ok is false when
+// none is dirty. A channel no watch wants leaves chans here. sub is the
+// SUBSCRIBE to send (hubSubscribe only).
+func (h *hub) takeDirty() (channel string, sub *hubSub, act hubAction, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.dirty) == 0 {
+		return "", nil, hubNone, false
+	}
+	channel = h.dirty[0]
+	h.dirty = h.dirty[1:]
+	c := h.chans[channel]
+	if c == nil { // not reached: a channel leaves chans only here
+		return channel, nil, hubNone, true
+	}
+	c.isDirty = false
+	want := len(c.watches) > 0
+	act = sendAction(want, c.subscribed, c.sub != nil && !c.sub.sent)
+	switch act {
+	case hubSubscribe:
+		sub = c.sub
+		sub.sent, c.subscribed = true, true
+	case hubUnsubscribe:
+		c.subscribed = false
+	}
+	if !want {
+		delete(h.chans, channel)
+	}
+	return channel, sub, act, true
+}
+
+// subscribe sends sub's SUBSCRIBE of channel and its marker, and fails sub
+// when it could not be sent.
+func (h *hub) subscribe(ctx context.Context, channel string, sub *hubSub) {
 	err := h.ps.Subscribe(ctx, channel, sub.marker)
 	// The marker has done its work once confirmed (or never will be);
 	// the resource channel stays subscribed.
 	_ = h.ps.Unsubscribe(ctx, sub.marker)
-	if err != nil {
-		h.mu.Lock()
-		if h.subs[sub.marker] == sub {
-			delete(h.subs, sub.marker)
-			sub.err = err
-			close(sub.done)
-		}
-		h.mu.Unlock()
+	if err == nil {
+		return
 	}
-	return true
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs[sub.marker] == sub {
+		delete(h.subs, sub.marker)
+		sub.err = err
+		close(sub.done)
+	}
 }
 
 // Watch implements lockcore.Watcher: it returns once Redis has confirmed the

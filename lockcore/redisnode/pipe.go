@@ -227,9 +227,33 @@ func (p *pipe) work() {
 // deadline is never cut short by one with an earlier; the earlier caller
 // stops waiting at its own deadline (see do), as it would for a lost reply.
 func (p *pipe) exec(batch []*call, cmds []*redis.Cmd) {
-	now := time.Now()
-	var dl time.Time
-	live := batch[:0] // filtered in place: live[i] is written after batch[i] is read
+	live, dl := takeLive(batch, time.Now())
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	defer cancel()
+	cmds = p.send(ctx, live, cmds, false)
+	again := answerSent(live, cmds)
+	if len(again) == 0 {
+		return
+	}
+	// The script cache was flushed (or the server restarted): EVAL runs
+	// the script and loads it again for the next EVALSHAs.
+	cmds = p.send(ctx, again, cmds, true)
+	for i, c := range again {
+		res, err := cmds[i].Result()
+		c.finish(res, timedOut(c.ctx, err))
+	}
+}
+
+// takeLive marks sent, and returns, the calls of batch whose contexts have
+// not ended and whose callers have not abandoned them, with the latest of
+// their deadlines (a call without one counts as noDeadlineWait from now);
+// it answers the others as not sent. It filters batch in place: live[i] is
+// written after batch[i] is read.
+func takeLive(batch []*call, now time.Time) (live []*call, dl time.Time) {
+	live = batch[:0]
 	for _, c := range batch {
 		if c.ctx.Err() != nil || !c.state.CompareAndSwap(queued, sent) {
 			c.finish(nil, notSent(c.ctx.Err()))
@@ -244,36 +268,28 @@ func (p *pipe) exec(batch []*call, cmds []*redis.Cmd) {
 		}
 		live = append(live, c)
 	}
-	if len(live) == 0 {
-		return
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), dl)
-	defer cancel()
-	cmds = p.send(ctx, live, cmds, false)
-	again := live[:0]
+	return live, dl
+}
+
+// answerSent answers the calls of live from their EVALSHAs' replies cmds,
+// and returns, filtered in place, those that found no script (NOSCRIPT:
+// they did not run) and whose callers still wait, to be sent again with
+// EVAL. A call whose caller has gone is answered as not sent: its script
+// did not run, and it stays so.
+func answerSent(live []*call, cmds []*redis.Cmd) (again []*call) {
+	again = live[:0]
 	for i, c := range live {
 		err := cmds[i].Err()
 		switch {
 		case err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT"): // nil first: HasErrorPrefix allocates
 			c.finish(cmds[i].Val(), timedOut(c.ctx, err))
 		case c.ctx.Err() != nil:
-			// Its caller has gone (see do) and the script did not run:
-			// leave it so.
 			c.finish(nil, notSent(c.ctx.Err()))
 		default:
 			again = append(again, c)
 		}
 	}
-	if len(again) == 0 {
-		return
-	}
-	// The script cache was flushed (or the server restarted): EVAL runs
-	// the script and loads it again for the next EVALSHAs.
-	cmds = p.send(ctx, again, cmds, true)
-	for i, c := range again {
-		res, err := cmds[i].Result()
-		c.finish(res, timedOut(c.ctx, err))
-	}
+	return again
 }
 
 // send runs one script call per element of calls in one pipeline (EVAL if

@@ -29,16 +29,8 @@ func ParseSentinelURL(rawURL string) (*redis.FailoverOptions, error) {
 		return nil, fmt.Errorf("the path must be the primary's name as Sentinel knows it (/mymaster), not %q", u.Path)
 	}
 	o := &redis.FailoverOptions{MasterName: master}
-	for _, a := range append([]string{u.Host}, u.Query()["addr"]...) {
-		if _, _, err := net.SplitHostPort(a); err != nil || strings.HasPrefix(a, ":") {
-			return nil, fmt.Errorf("sentinel address %q is not host:port", a)
-		}
-		o.SentinelAddrs = append(o.SentinelAddrs, a)
-	}
-	for k := range u.Query() {
-		if k != "addr" {
-			return nil, fmt.Errorf("unknown parameter %q (only addr=host:port is accepted)", k)
-		}
+	if o.SentinelAddrs, err = sentinelAddrs(u); err != nil {
+		return nil, err
 	}
 	if u.User != nil {
 		o.Username = u.User.Username()
@@ -50,6 +42,25 @@ func ParseSentinelURL(rawURL string) (*redis.FailoverOptions, error) {
 		o.TLSConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
 	}
 	return o, nil
+}
+
+// sentinelAddrs returns the Sentinels' addresses of a redis-sentinel URL:
+// its host:port, then every addr parameter's, each checked to be
+// host:port. A parameter other than addr is an error.
+func sentinelAddrs(u *url.URL) ([]string, error) {
+	var addrs []string
+	for _, a := range append([]string{u.Host}, u.Query()["addr"]...) {
+		if _, _, err := net.SplitHostPort(a); err != nil || strings.HasPrefix(a, ":") {
+			return nil, fmt.Errorf("sentinel address %q is not host:port", a)
+		}
+		addrs = append(addrs, a)
+	}
+	for k := range u.Query() {
+		if k != "addr" {
+			return nil, fmt.Errorf("unknown parameter %q (only addr=host:port is accepted)", k)
+		}
+	}
+	return addrs, nil
 }
 
 // newSentinelNode is newNode for a Sentinel-managed primary, with the same

@@ -75,7 +75,10 @@ func TestTheGeneratedClientDrivesTheGateway(t *testing.T) {
 	if err != nil || rel.StatusCode() != http.StatusNoContent {
 		t.Fatalf("release: %v %d %s", err, rel.StatusCode(), rel.Body)
 	}
-	gone, err := c.InspectLockWithResponse(ctx, "gen-report")
+	// A long poll with the released holder's token answers at once: the
+	// lock is free (404), its token 0 differs.
+	wait := int64(60000)
+	gone, err := c.InspectLockWithResponse(ctx, "gen-report", &lockgateapi.InspectLockParams{After: &lease.FencingToken, WaitMs: &wait})
 	if err != nil || gone.StatusCode() != http.StatusNotFound || gone.ApplicationproblemJSON404 == nil {
 		t.Fatalf("inspect after release: %v %d %s", err, gone.StatusCode(), gone.Body)
 	}

@@ -1,12 +1,12 @@
-package lockcore
+package quorum
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// callers runs the rounds' node calls on goroutines it keeps between
-// calls, at most max of them (busy or parked) at once. A node call goes
+// callers runs the node calls on goroutines it keeps between calls, at
+// most max of them (busy or parked) at once (rule 10). A node call goes
 // deep into the node's client (go-redis), and a fresh goroutine grows its
 // stack two or three times on the way, copying it each time: a large share
 // of the CPU of a lone caller. A kept goroutine has grown its stack
@@ -20,8 +20,8 @@ import (
 // Handing a call to a parked goroutine over a channel orders everything
 // that goroutine did before (an earlier request's node call) before the new
 // request's later steps: the race detector would no longer see a race
-// between the two requests. Race builds (raceBuild) therefore start a
-// goroutine per call, unless a test turns keeping on (export_test.go).
+// between the two requests. Race builds should therefore keep none
+// (Config.Kept 0: a goroutine per call).
 type callers struct {
 	keep bool        // false: a goroutine per call
 	work chan func() // unbuffered: a send succeeds only to a parked goroutine
@@ -31,12 +31,8 @@ type callers struct {
 	live atomic.Int32 // kept goroutines, busy or parked
 }
 
-// maxCallers is the default callers.max: room for every node call of 64
-// rounds over 3 nodes (192) in flight at once, and some more.
-const maxCallers = 256
-
-func newCallers(max int32, keep bool) *callers {
-	return &callers{keep: keep, work: make(chan func()), stop: make(chan struct{}), max: max}
+func newCallers(max int) *callers {
+	return &callers{keep: max > 0, work: make(chan func()), stop: make(chan struct{}), max: int32(max)}
 }
 
 // run calls f on a parked goroutine, or on a new one. It never blocks.

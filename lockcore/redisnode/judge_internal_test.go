@@ -1,0 +1,113 @@
+package redisnode
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// judge, rule by rule: each row is one record a node may hold when the
+// process "p1" answers, and the health every gateway must read from it.
+func TestJudge(t *testing.T) {
+	const id = "p1"
+	// served is a node recovered for p1, in service.
+	served := checkReply{init: true, rid: id, format: dataFormat, qsince: -1, boot: -1, now: 5000, epoch: "e"}
+	with := func(f func(*checkReply)) checkReply { v := served; f(&v); return v }
+	cases := []struct {
+		name   string
+		v      checkReply
+		want   lockcore.NodeHealth
+		reason string // a word of Reason when Lost
+	}{
+		{"in service for this process", served,
+			lockcore.NodeHealth{Initialized: true, Epoch: "e"}, ""},
+		{"new node, not marked",
+			with(func(v *checkReply) { v.init, v.rid = false, "" }),
+			lockcore.NodeHealth{Epoch: "e"}, ""},
+		{"marked for this process",
+			with(func(v *checkReply) { v.init, v.boot, v.brid = false, 2000, id }),
+			lockcore.NodeHealth{Epoch: "e", Initializing: true, InitializingFor: 3 * time.Second}, ""},
+		{"marked for another process",
+			with(func(v *checkReply) { v.init, v.boot, v.brid = false, 2000, "p0" }),
+			lockcore.NodeHealth{Epoch: "e", Lost: true}, "marked for initialization"},
+		{"quarantined, every slot marked",
+			with(func(v *checkReply) { v.qsince, v.qrid, v.qdone = 1000, id, true }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Quarantined: true, QuarantinedFor: 4 * time.Second}, ""},
+		{"quarantine under way",
+			with(func(v *checkReply) { v.qsince, v.qrid = 1000, id }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Quarantined: true, QuarantinedFor: 4 * time.Second, Lost: true}, "not every slot"},
+		{"quarantined copy on another process",
+			with(func(v *checkReply) { v.qsince, v.qrid, v.qdone = 1000, "p0", true }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Lost: true}, "quarantined copy"},
+		{"no recovery record",
+			with(func(v *checkReply) { v.rid = "" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Lost: true}, "no recovery record"},
+		{"recovered for another process",
+			with(func(v *checkReply) { v.rid = "p0" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Lost: true}, "last recovered"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := judge(c.v, id)
+			reason := got.Reason
+			got.Reason = ""
+			if got != c.want {
+				t.Fatalf("judge = %+v, want %+v", got, c.want)
+			}
+			if c.want.Lost != (reason != "") || !strings.Contains(reason, c.reason) {
+				t.Fatalf("Reason %q, want one containing %q (only when lost)", reason, c.reason)
+			}
+		})
+	}
+}
+
+func TestSettingsRefusal(t *testing.T) {
+	cases := []struct {
+		policy string
+		format int64
+		want   string // a word of the refusal, "" for none
+		evicts bool
+	}{
+		{"noeviction", dataFormat, "", false},
+		{"noeviction", dataFormat - 1, "", false},
+		{"noeviction", dataFormat + 1, "data format", false},
+		{"allkeys-lru", dataFormat, "evicts keys", true},
+		{"", dataFormat + 1, "evicts keys", true}, // no policy read: assume the worst
+	}
+	for _, c := range cases {
+		got, evicts := settingsRefusal(c.policy, c.format)
+		if (got == "") != (c.want == "") || !strings.Contains(got, c.want) || evicts != c.evicts {
+			t.Errorf("settingsRefusal(%q, %d) = %q, %v; want %q, %v", c.policy, c.format, got, evicts, c.want, c.evicts)
+		}
+	}
+}
+
+func TestIsFormat1(t *testing.T) {
+	old := checkReply{init: true, qsince: -1}
+	cases := []struct {
+		name string
+		v    checkReply
+		want bool
+	}{
+		{"an earlier lockgate's node in service", old, true},
+		{"not initialized", checkReply{qsince: -1}, false},
+		{"recovered", checkReply{init: true, qsince: -1, rid: "p"}, false},
+		{"this format", checkReply{init: true, qsince: -1, format: dataFormat}, false},
+		{"quarantined", checkReply{init: true, qsince: 0}, false},
+	}
+	for _, c := range cases {
+		if got := isFormat1(c.v); got != c.want {
+			t.Errorf("%s: isFormat1 = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestLegacySlot(t *testing.T) {
+	for _, r := range []string{"a", "orders:42", "{x}y", ""} {
+		if got, want := legacySlot("lockgate:{"+r+"}:fence"), lockcore.FenceSlot(r); got != want {
+			t.Errorf("legacySlot of %q = %d, want %d", r, got, want)
+		}
+	}
+}

@@ -1,0 +1,519 @@
+// Package semaphore shares a named resource among up to K holders, each
+// with a permit of its own: a lease, a TTL, extend, release and a fencing
+// token.
+//
+// A semaphore of K permits is K locks, permit i being the Redlock mutex on
+// lockcore.PermitResource(name, i), a name outside the resource alphabet
+// that no lock can have. A permit is any one of those K locks that is free.
+// Since each permit is a mutex of its own, at most one lease holds permit i
+// (the quorum argument of package lockcore, unchanged), so at most K leases
+// hold permits, and each permit's fencing tokens grow as a lock's do. The
+// package is a layer over the lock service's public operations; see the
+// section "Semaphores" of package lockcore's documentation for why a
+// counter on each node would not be safe.
+//
+// K is part of the contract and is recorded with every permit: the lock's
+// owner label is "K owner". While no permit is held the semaphore does not
+// exist, and the next acquisition sets K anew. An acquisition reads permits
+// 0 to K (K+1 reads) before it takes one and again after: a holder that
+// records another K makes it fail with *MismatchError, releasing any permit
+// it took. Two first acquisitions with different K at the same moment can
+// both miss each other when the one with the smaller K takes its permit
+// after the other's second read and the other's permit lies beyond the
+// smaller K's reads; the number of holders is then bounded by the larger K,
+// never more, and the next acquisition with either K sees the disagreement.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockgate/lockgate/lockcore"
+)
+
+// Locker is what a Semaphores needs of the lock service (*lockcore.Redlock).
+type Locker interface {
+	Acquire(ctx context.Context, req lockcore.AcquireRequest) (*lockcore.Lease, error)
+	Extend(ctx context.Context, req lockcore.ExtendRequest) (*lockcore.Lease, error)
+	Release(ctx context.Context, req lockcore.ReleaseRequest) error
+	Inspect(ctx context.Context, resource string) (*lockcore.LockInfo, error)
+}
+
+// MaxOwner is the longest owner label of a permit, in characters: the
+// permit lock's owner also carries K (see the package doc).
+const MaxOwner = 240
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrMismatch means a holder of a permit records another number of
+	// permits than the request's. Returned errors are *MismatchError.
+	ErrMismatch = errors.New("semaphore: held with another number of permits")
+	// ErrFull means every permit is held. Returned errors are *FullError.
+	ErrFull = errors.New("semaphore: every permit is held")
+)
+
+// MismatchError reports a holder whose permit records Held permits where
+// the request asked for Asked.
+type MismatchError struct {
+	Name         string
+	Asked, Held  int
+	HolderPermit int
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("semaphore: %q is held with %d permits, not %d", e.Name, e.Held, e.Asked)
+}
+
+// Is makes a *MismatchError match ErrMismatch.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// FullError reports that all Permits permits of Name are held.
+type FullError struct {
+	Name    string
+	Permits int
+	// RetryAfter is the shortest remaining TTL the holders reported: a
+	// permit frees itself by then unless it is extended.
+	RetryAfter time.Duration
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("semaphore: all %d permits of %q are held (one expires in %v)", e.Permits, e.Name, e.RetryAfter)
+}
+
+// Is makes a *FullError match ErrFull.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// AcquireRequest asks for a permit.
+type AcquireRequest struct {
+	Name    string
+	Permits int // K, 1 to lockcore.MaxPermits
+	TTL     time.Duration
+	// Wait is how long to wait for a permit while all are held; 0 fails at
+	// once with *FullError.
+	Wait  time.Duration
+	Owner string // at most MaxOwner characters, shown by Inspect
+}
+
+// Permit is a held permit.
+type Permit struct {
+	Name    string
+	Index   int // which permit, 0 to Permits-1
+	Permits int // K; 0 when not known (an extension)
+	ID      string
+	Token   int64
+	TTL     time.Duration
+	// Validity and Expires as for lockcore.Lease.
+	Validity time.Duration
+	Expires  time.Time
+	Owner    string
+}
+
+// Holder is one held permit, without its lease id.
+type Holder struct {
+	Index     int
+	Token     int64
+	Owner     string
+	TTL       time.Duration
+	Remaining time.Duration
+	Expires   time.Time
+}
+
+// State is who holds a semaphore's permits.
+type State struct {
+	Name    string
+	Permits int
+	Holders []Holder // by Index
+}
+
+// Semaphores grants permits through a Locker, and counts the permits
+// granted through it that are still held (InUse). Safe for concurrent use.
+type Semaphores struct {
+	locker Locker
+	now    func() time.Time
+
+	mu    sync.Mutex
+	inUse map[string]tracked // by permit lock name
+}
+
+// tracked is a permit granted or extended through a Semaphores.
+type tracked struct {
+	lease   string
+	expires time.Time
+}
+
+// New returns Semaphores over locker.
+func New(locker Locker) *Semaphores {
+	return &Semaphores{locker: locker, now: time.Now, inUse: map[string]tracked{}}
+}
+
+func invalid(field, reason string) error {
+	return &lockcore.InvalidError{Field: field, Reason: reason}
+}
+
+func checkPermits(k int) error {
+	if k < 1 || k > lockcore.MaxPermits {
+		return invalid("permits", "must be between 1 and "+strconv.Itoa(lockcore.MaxPermits))
+	}
+	return nil
+}
+
+func checkName(name string) error {
+	if !lockcore.ValidResource(name) {
+		return invalid("name", "must be 1 to 200 characters of A-Z a-z 0-9 . _ - :")
+	}
+	return nil
+}
+
+func checkIndex(i int) error {
+	if i < 0 || i >= lockcore.MaxPermits {
+		return invalid("permit", "must be between 0 and "+strconv.Itoa(lockcore.MaxPermits-1))
+	}
+	return nil
+}
+
+// ownerLabel is the permit lock's owner: K, a space, the caller's owner.
+func ownerLabel(k int, owner string) string { return strconv.Itoa(k) + " " + owner }
+
+// parseOwner splits a permit lock's owner label; k is 0 when the label is
+// not one ownerLabel makes.
+func parseOwner(label string) (k int, owner string) {
+	num, owner, ok := strings.Cut(label, " ")
+	k, err := strconv.Atoi(num)
+	if !ok || err != nil || k < 1 || k > lockcore.MaxPermits {
+		return 0, label
+	}
+	return k, owner
+}
+
+// Acquire takes a free permit of req.Name, waiting up to req.Wait for one
+// when all are held. Acquisitions on one replica wait in its waiting room
+// for every permit at once (K waiters), in arrival order per permit, and a
+// permit released on this replica is handed to its first waiter.
+//
+// Errors: *lockcore.InvalidError; *MismatchError (ErrMismatch); *FullError
+// (ErrFull); or any error of the Locker's Acquire and Inspect
+// (*lockcore.QuorumError, lockcore.ErrTooManyWaiters, lockcore.ErrClosed, an
+// error matching ctx.Err()).
+func (s *Semaphores) Acquire(ctx context.Context, req AcquireRequest) (*Permit, error) {
+	if err := s.checkAcquire(req); err != nil {
+		return nil, err
+	}
+	view, err := s.read(ctx, req.Name, req.Permits+1)
+	if err != nil {
+		return nil, err
+	}
+	if err := view.conflict(req.Name, req.Permits, -1); err != nil {
+		return nil, err
+	}
+	lr := lockcore.AcquireRequest{TTL: req.TTL, Owner: ownerLabel(req.Permits, req.Owner)}
+	i, lease, err := s.tryFree(ctx, req, lr, view)
+	if err == nil && lease == nil && req.Wait > 0 {
+		i, lease, err = s.waitAny(ctx, req, lr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if lease == nil {
+		return nil, &FullError{Name: req.Name, Permits: req.Permits, RetryAfter: view.soonest(req.Permits)}
+	}
+	if err := s.recheck(ctx, req, i, lease); err != nil {
+		return nil, err
+	}
+	s.track(lease)
+	return &Permit{Name: req.Name, Index: i, Permits: req.Permits, ID: lease.ID, Token: lease.Token,
+		TTL: lease.TTL, Validity: lease.Validity, Expires: lease.Expires, Owner: req.Owner}, nil
+}
+
+func (s *Semaphores) checkAcquire(req AcquireRequest) error {
+	if err := checkName(req.Name); err != nil {
+		return err
+	}
+	if err := checkPermits(req.Permits); err != nil {
+		return err
+	}
+	if !lockcore.ValidOwner(req.Owner) || len([]rune(req.Owner)) > MaxOwner {
+		return invalid("owner", "must be at most "+strconv.Itoa(MaxOwner)+" printable characters")
+	}
+	return nil
+}
+
+// tryFree tries, without waiting, the permits view saw free, lowest first.
+// It returns a nil lease when every one was taken meanwhile.
+func (s *Semaphores) tryFree(ctx context.Context, req AcquireRequest, lr lockcore.AcquireRequest, v view) (int, *lockcore.Lease, error) {
+	for i := range req.Permits {
+		if v.held[i] != nil {
+			continue
+		}
+		lr.Resource = lockcore.PermitResource(req.Name, i)
+		lease, err := s.locker.Acquire(ctx, lr)
+		if err == nil {
+			return i, lease, nil
+		}
+		if !errors.Is(err, lockcore.ErrTaken) {
+			return 0, nil, err
+		}
+	}
+	return 0, nil, nil
+}
+
+// waitAny waits for every permit at once and keeps the first granted; a
+// permit granted to one of the other waits is released again.
+func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcore.AcquireRequest) (int, *lockcore.Lease, error) {
+	type result struct {
+		i     int
+		lease *lockcore.Lease
+		err   error
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, req.Permits)
+	lr.Wait = req.Wait
+	for i := range req.Permits {
+		r := lr
+		r.Resource = lockcore.PermitResource(req.Name, i)
+		go func() {
+			lease, err := s.locker.Acquire(wctx, r)
+			results <- result{i, lease, err}
+		}()
+	}
+	won := result{err: nil}
+	var firstErr error
+	for range req.Permits {
+		r := <-results
+		switch {
+		case r.err == nil && won.lease == nil:
+			won = r
+			cancel()
+		case r.err == nil:
+			s.releaseQuietly(ctx, r.lease) // a second grant: not needed
+		case firstErr == nil && !errors.Is(r.err, context.Canceled) && !errors.Is(r.err, lockcore.ErrTaken):
+			firstErr = r.err
+		}
+	}
+	if won.lease != nil {
+		return won.i, won.lease, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, errors.Join(err, firstErr)
+	}
+	return 0, nil, firstErr
+}
+
+// recheck reads permits 0 to K again after permit i was granted, and gives
+// the permit back when a holder records another K.
+func (s *Semaphores) recheck(ctx context.Context, req AcquireRequest, i int, lease *lockcore.Lease) error {
+	v, err := s.read(ctx, req.Name, req.Permits+1)
+	if err == nil {
+		err = v.conflict(req.Name, req.Permits, i)
+	}
+	if err != nil {
+		s.releaseQuietly(ctx, lease)
+	}
+	return err
+}
+
+// releaseQuietly gives back a lease the caller will never see; a failure
+// leaves it to expire with its TTL.
+func (s *Semaphores) releaseQuietly(ctx context.Context, l *lockcore.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.locker.Release(rctx, lockcore.ReleaseRequest{Resource: l.Resource, LeaseID: l.ID})
+}
+
+// Extend resets permit i's TTL (0: the TTL last set), as lockcore's Extend
+// does for a lock, with IfToken checked the same way.
+//
+// Errors: *lockcore.InvalidError; and those of lockcore.Redlock.Extend
+// (lockcore.ErrNotHeld, *lockcore.HeldByOtherError,
+// lockcore.ErrTokenMismatch, *lockcore.QuorumError, ctx.Err()).
+func (s *Semaphores) Extend(ctx context.Context, name string, i int, leaseID string, ttl time.Duration, ifToken int64) (*Permit, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := checkIndex(i); err != nil {
+		return nil, err
+	}
+	lease, err := s.locker.Extend(ctx, lockcore.ExtendRequest{Resource: lockcore.PermitResource(name, i), LeaseID: leaseID, TTL: ttl, IfToken: ifToken})
+	if err != nil {
+		return nil, err
+	}
+	s.track(lease)
+	return &Permit{Name: name, Index: i, ID: lease.ID, Token: lease.Token, TTL: lease.TTL,
+		Validity: lease.Validity, Expires: lease.Expires}, nil
+}
+
+// Release gives permit i back; a waiter on this replica gets it at once.
+//
+// Errors: *lockcore.InvalidError; and those of lockcore.Redlock.Release.
+func (s *Semaphores) Release(ctx context.Context, name string, i int, leaseID string, ifToken int64) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkIndex(i); err != nil {
+		return err
+	}
+	res := lockcore.PermitResource(name, i)
+	err := s.locker.Release(ctx, lockcore.ReleaseRequest{Resource: res, LeaseID: leaseID, IfToken: ifToken})
+	if err == nil || errors.Is(err, lockcore.ErrNotHeld) || errors.Is(err, lockcore.ErrHeldByOther) {
+		s.untrack(res, leaseID)
+	}
+	return err
+}
+
+// Inspect reports who holds name's permits, never their lease ids. It reads
+// permits in batches until it finds a holder, whose K says how many there
+// are: an unheld semaphore costs lockcore.MaxPermits reads.
+//
+// Errors: *lockcore.InvalidError; lockcore.ErrNotHeld when no permit is
+// held; or an error of the Locker's Inspect.
+func (s *Semaphores) Inspect(ctx context.Context, name string) (*State, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	v := view{held: make([]*lockcore.LockInfo, lockcore.MaxPermits)}
+	k, read := 0, 0
+	for k == 0 && read < lockcore.MaxPermits {
+		to := min(read+inspectBatch, lockcore.MaxPermits)
+		if err := s.readRange(ctx, name, v, read, to); err != nil {
+			return nil, err
+		}
+		k, read = v.permits(), to
+	}
+	if k == 0 {
+		return nil, lockcore.ErrNotHeld
+	}
+	if k > read {
+		if err := s.readRange(ctx, name, v, read, k); err != nil {
+			return nil, err
+		}
+	}
+	st := &State{Name: name, Permits: k}
+	for i, info := range v.held[:k] {
+		if info == nil {
+			continue
+		}
+		_, owner := parseOwner(info.Owner)
+		st.Holders = append(st.Holders, Holder{Index: i, Token: info.Token, Owner: owner,
+			TTL: info.TTL, Remaining: info.Remaining, Expires: info.Expires})
+	}
+	return st, nil
+}
+
+// inspectBatch is how many permits Inspect reads at once while it looks for
+// a holder.
+const inspectBatch = 16
+
+// InUse returns how many permits granted or extended through these
+// Semaphores are held: not released through them and not past their
+// validity.
+func (s *Semaphores) InUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for k, t := range s.inUse {
+		if !now.Before(t.expires) {
+			delete(s.inUse, k)
+		}
+	}
+	return len(s.inUse)
+}
+
+func (s *Semaphores) track(l *lockcore.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inUse[l.Resource] = tracked{lease: l.ID, expires: s.now().Add(l.Validity)}
+}
+
+// untrack forgets the permit on resource if lease holds it: a release that
+// handed the permit to a waiter answers after the waiter's grant.
+func (s *Semaphores) untrack(resource, lease string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inUse[resource].lease == lease {
+		delete(s.inUse, resource)
+	}
+}
+
+// view is what one read of permits found: held[i] is permit i's holder, nil
+// when free.
+type view struct {
+	held []*lockcore.LockInfo
+}
+
+// read reads permits 0 to n-1 at once.
+func (s *Semaphores) read(ctx context.Context, name string, n int) (view, error) {
+	v := view{held: make([]*lockcore.LockInfo, n)}
+	return v, s.readRange(ctx, name, v, 0, n)
+}
+
+// readParallel bounds the reads of one readRange in flight at once: a
+// semaphore of many permits must not put a burst of rounds on the nodes.
+const readParallel = 8
+
+// readRange reads permits from to to-1 into v, readParallel at a time.
+func (s *Semaphores) readRange(ctx context.Context, name string, v view, from, to int) error {
+	errs := make([]error, to-from)
+	slots := make(chan struct{}, readParallel)
+	var wg sync.WaitGroup
+	for i := from; i < to; i++ {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			info, err := s.locker.Inspect(ctx, lockcore.PermitResource(name, i))
+			switch {
+			case err == nil:
+				v.held[i] = info
+			case !errors.Is(err, lockcore.ErrNotHeld):
+				errs[i-from] = err
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// permits returns the K a holder in v records, 0 when none is held.
+func (v view) permits() int {
+	for _, info := range v.held {
+		if info != nil {
+			k, _ := parseOwner(info.Owner)
+			return max(k, 1) // a label no semaphore wrote: show permit 0 alone
+		}
+	}
+	return 0
+}
+
+// conflict returns a *MismatchError for the first holder in v, other than
+// permit self, that records another K than k.
+func (v view) conflict(name string, k, self int) error {
+	for i, info := range v.held {
+		if info == nil || i == self {
+			continue
+		}
+		if held, _ := parseOwner(info.Owner); held != k {
+			return &MismatchError{Name: name, Asked: k, Held: held, HolderPermit: i}
+		}
+	}
+	return nil
+}
+
+// soonest returns the shortest remaining TTL among permits 0 to k-1 in v.
+func (v view) soonest(k int) time.Duration {
+	var d time.Duration
+	for _, info := range v.held[:min(k, len(v.held))] {
+		if info != nil && (d == 0 || info.Remaining < d) {
+			d = info.Remaining
+		}
+	}
+	return d
+}
