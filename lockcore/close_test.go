@@ -7,6 +7,8 @@ import (
 
 	"github.com/lockgate/lockgate/internal/goroutines"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
 // Goroutines a Redlock leaves running after a call returned, as a stack
@@ -92,5 +94,56 @@ func TestCloseWaitsForBackgroundWork(t *testing.T) {
 				t.Errorf("node 3 holds token %d after Close, want the lease's %d raised before Close returned (%+v)", got.Token, l.Token, got)
 			}
 		})
+	}
+}
+
+// TestCloseWaitsForAnUndoRetry: a failed acquisition whose undo could not
+// reach two nodes keeps releasing there in the background (retryUndo).
+// Close stops those retries and returns only once the one under way has
+// ended.
+func TestCloseWaitsForAnUndoRetry(t *testing.T) {
+	const (
+		inRetry   = "lockcore.(*Redlock).retryUndo"
+		inRelease = "nodetest.(*Faulty).Release"
+	)
+	base := goroutines.Count("", inRetry)
+	var nodes []lockcore.Node
+	var fs []*nodetest.Faulty
+	for range 3 {
+		f := nodetest.NewFaulty(memnode.New(nil))
+		nodes, fs = append(nodes, f), append(fs, f)
+	}
+	// Node calls get 5 s: the gated release must still be waiting when
+	// the test opens the gate, on a loaded machine too.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 5 * time.Second, MinTTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fs[1].SetDown(errOff)
+	fs[2].SetDown(errOff)
+	if _, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "undo-retry", TTL: 20 * time.Second}); err == nil {
+		t.Fatal("granted with two of three nodes down")
+	}
+	gate := make(chan struct{})
+	fs[1].SetGate(gate)
+	fs[1].SetDown(nil)
+	eventually(t, "a retried release waits at node 1's gate", func() bool { return goroutines.Count("", inRelease) >= 1 })
+	closed := make(chan struct{})
+	go func() {
+		rl.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while an undo retry's release was still held at the gate")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gate)
+	<-closed
+	if n := goroutines.Count("", inRetry); n > base {
+		t.Errorf("%d undo retries after Close returned, %d before the test", n, base)
 	}
 }

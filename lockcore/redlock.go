@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/unprotected"
@@ -129,6 +130,9 @@ type Redlock struct {
 	unprotected bool
 	lates       lateLeases // acquisitions answered with calls still under way
 	bg          background // late answers being acted on, fencing catch-ups
+	// retries are the undo retries under way (retryUndo): Close waits for
+	// them too, but Settle does not, since one may last a lock's TTL.
+	retries sync.WaitGroup
 	// q makes the rounds' calls: each node's pace, the kept goroutines.
 	q *quorum.Group
 	// unheard holds, by node, the result a round holds until the node
@@ -194,7 +198,8 @@ func (r *Redlock) Limits() (minTTL, maxTTL, maxWait time.Duration) {
 // called more than once.
 func (r *Redlock) Close() {
 	r.waits.close()
-	r.guard.close()
+	r.guard.close() // retryUndo ends once the guard stops
+	r.retries.Wait()
 	r.bg.wait()
 	r.q.Close()
 }
