@@ -18,7 +18,7 @@ import (
 // Now().Sub(start), which uses Go's monotonic clock for the real clock;
 // tests inject a fake (nodetest.Clock). Node calls are bounded by
 // Options.NodeTimeout in real time whatever the clock, and so is the grace
-// a round gives the nodes still to answer (see round.until): both measure
+// a round gives the nodes still to answer (see quorum.Run): both measure
 // how long the nodes take to answer, which no fake clock governs.
 type Clock interface {
 	Now() time.Time
