@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/xid"
 	"github.com/rs/zerolog"
@@ -34,8 +33,6 @@ type reqState struct {
 	token   int64
 	// idHeader backs the Request-Id header's value.
 	idHeader [1]string
-	// in is the contract middleware's openapi3filter input.
-	in openapi3filter.RequestValidationInput
 }
 
 type ctxKey int
