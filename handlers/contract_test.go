@@ -1,11 +1,15 @@
 package handlers
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	lockgate "github.com/lockgate/lockgate"
+	"github.com/lockgate/lockgate/api"
 )
 
 // defaultsSpec has a request body whose schema fills in a default, which
@@ -50,6 +54,74 @@ func TestTheHandlerReadsTheBodySent(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusNoContent || got != body {
 			t.Errorf("PUT %s: %d, the handler read %q; want 204 and the body sent", body, rec.Code, got)
+		}
+	}
+}
+
+// The contract checks every rule openapi.yaml states of a body's fields,
+// and it alone: the validate tags of package api do not repeat them (see
+// contract). Each body breaking one is refused before the handler, naming
+// the field; each at the edge of the rule reaches the handler.
+func TestTheContractChecksTheBodyFields(t *testing.T) {
+	c, err := newContract(lockgate.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lock, sem = "/locks/r", "/semaphores/s/permits"
+	long := func(n int) string { return strings.Repeat("é", n) }
+	for _, tc := range []struct {
+		method, path, body string
+		field              string // "": the handler is reached
+	}{
+		{http.MethodPut, lock, `{"ttl_ms":0}`, "ttl_ms"},
+		{http.MethodPut, lock, `{"ttl_ms":86400001}`, "ttl_ms"},
+		{http.MethodPut, lock, `{"ttl_ms":1,"wait_ms":0,"owner":"` + long(256) + `"}`, ""},
+		{http.MethodPut, lock, `{"ttl_ms":86400000,"wait_ms":300000}`, ""},
+		{http.MethodPut, lock, `{"wait_ms":-1}`, "wait_ms"},
+		{http.MethodPut, lock, `{"wait_ms":300001}`, "wait_ms"},
+		{http.MethodPut, lock, `{"owner":"` + long(257) + `"}`, "owner"},
+		{http.MethodPut, lock, `{"ttl_ms":"1"}`, "ttl_ms"},
+		{http.MethodPut, lock, `{"ttl":1}`, "ttl"},
+		{http.MethodPatch, lock, `{"ttl_ms":86400000}`, ""},
+		{http.MethodPatch, lock, `{"ttl_ms":0}`, "ttl_ms"},
+		{http.MethodPatch, lock, `{"ttl_ms":86400001}`, "ttl_ms"},
+		{http.MethodPatch, lock, `{"wait_ms":1}`, "wait_ms"},
+		{http.MethodPut, sem, `{"permits":1,"ttl_ms":1,"wait_ms":300000,"owner":"` + long(240) + `"}`, ""},
+		{http.MethodPut, sem, `{"permits":64,"ttl_ms":86400000}`, ""},
+		{http.MethodPut, sem, `{"permits":0}`, "permits"},
+		{http.MethodPut, sem, `{"permits":65}`, "permits"},
+		{http.MethodPut, sem, `{"ttl_ms":1}`, "permits"},
+		{http.MethodPut, sem, `{"permits":1,"ttl_ms":0}`, "ttl_ms"},
+		{http.MethodPut, sem, `{"permits":1,"ttl_ms":86400001}`, "ttl_ms"},
+		{http.MethodPut, sem, `{"permits":1,"wait_ms":-1}`, "wait_ms"},
+		{http.MethodPut, sem, `{"permits":1,"wait_ms":300001}`, "wait_ms"},
+		{http.MethodPut, sem, `{"permits":1,"owner":"` + long(241) + `"}`, "owner"},
+		{http.MethodPut, sem, `{"permits":1,"k":1}`, "k"},
+	} {
+		reached := false
+		h := c.enforce(1 << 20)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reached = true
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", api.MediaJSON)
+		req.Header.Set(api.HeaderLeaseID, "lease-A-0123456789abcdef")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		name := tc.method + " " + tc.path + " " + tc.body
+		if len(name) > 80 {
+			name = name[:80] + "…"
+		}
+		if tc.field == "" {
+			if !reached {
+				t.Errorf("%s: refused (%d %s), want it passed on", name, rec.Code, rec.Body)
+			}
+			continue
+		}
+		var p api.Problem
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+		if reached || rec.Code != http.StatusBadRequest || p.Field != tc.field {
+			t.Errorf("%s: handler reached %v, %d naming %q; want 400 naming %s", name, reached, rec.Code, p.Field, tc.field)
 		}
 	}
 }

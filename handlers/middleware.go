@@ -159,7 +159,8 @@ func recoverer(next http.Handler) http.Handler {
 }
 
 // decode reads the (already validated) JSON body into v, refusing unknown
-// fields and trailing data, and checks v's validate tags. An empty body
+// fields and trailing data, and checks v's validate tags, which hold the
+// rules openapi.yaml cannot state (see contract). An empty body
 // leaves v at its zero value. It answers the problem itself and returns false
 // on a bad body.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
