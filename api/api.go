@@ -26,16 +26,22 @@ const DefaultTTLms = 30000
 
 // AcquireRequest is the optional body of PUT /locks/{resource}. Absent fields
 // take their defaults: ttl_ms the gateway's default TTL, wait_ms 0, owner "".
+//
+// The validate tags of the request bodies hold only what openapi.yaml cannot
+// state (an owner is printable): the gateway checks the document's rules
+// (types, ranges, lengths, unknown fields) with the document itself, before
+// the body is decoded, and lockcore the server's configured bounds (see
+// handlers/contract.go).
 type AcquireRequest struct {
-	TTLms  *int64  `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
-	WaitMs *int64  `json:"wait_ms,omitempty" validate:"omitempty,min=0,max=300000"`
-	Owner  *string `json:"owner,omitempty" validate:"omitempty,max=256,printable"`
+	TTLms  *int64  `json:"ttl_ms,omitempty"`
+	WaitMs *int64  `json:"wait_ms,omitempty"`
+	Owner  *string `json:"owner,omitempty" validate:"omitempty,printable"`
 }
 
 // ExtendRequest is the optional body of PATCH /locks/{resource}. Without
 // ttl_ms the lock is extended by the TTL it was taken with.
 type ExtendRequest struct {
-	TTLms *int64 `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
+	TTLms *int64 `json:"ttl_ms,omitempty"`
 }
 
 // Lease is the body of 201 and 200 answers to PUT and PATCH.

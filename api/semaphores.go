@@ -7,10 +7,10 @@ import "time"
 // other than the holders' is refused with ProblemPermitsMismatch. Absent
 // fields take the defaults of AcquireRequest.
 type SemaphoreAcquireRequest struct {
-	Permits int     `json:"permits" validate:"min=1,max=64"`
-	TTLms   *int64  `json:"ttl_ms,omitempty" validate:"omitempty,min=1,max=86400000"`
-	WaitMs  *int64  `json:"wait_ms,omitempty" validate:"omitempty,min=0,max=300000"`
-	Owner   *string `json:"owner,omitempty" validate:"omitempty,max=240,printable"`
+	Permits int     `json:"permits"`
+	TTLms   *int64  `json:"ttl_ms,omitempty"`
+	WaitMs  *int64  `json:"wait_ms,omitempty"`
+	Owner   *string `json:"owner,omitempty" validate:"omitempty,printable"`
 }
 
 // Permit is the body of 201 and 200 answers to PUT and PATCH on a

@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/xid"
 	"github.com/rs/zerolog"
@@ -34,8 +33,6 @@ type reqState struct {
 	token   int64
 	// idHeader backs the Request-Id header's value.
 	idHeader [1]string
-	// in is the contract middleware's openapi3filter input.
-	in openapi3filter.RequestValidationInput
 }
 
 type ctxKey int
@@ -162,7 +159,8 @@ func recoverer(next http.Handler) http.Handler {
 }
 
 // decode reads the (already validated) JSON body into v, refusing unknown
-// fields and trailing data, and checks v's validate tags. An empty body
+// fields and trailing data, and checks v's validate tags, which hold the
+// rules openapi.yaml cannot state (see contract). An empty body
 // leaves v at its zero value. It answers the problem itself and returns false
 // on a bad body.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
