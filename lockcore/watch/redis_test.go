@@ -79,13 +79,14 @@ func TestALongPollOnOneReplicaAnswersAReleaseOnAnotherOverRedis(t *testing.T) {
 	}
 }
 
-// A stream on replica B sees, in token order, what replica A does: an
-// acquisition (at B's next poll; none is announced), a release (from its
-// announcement) and an expiry (when the TTL B read runs out).
+// A stream on replica B, whose hub never polls, sees in token order what
+// replica A does: an acquisition and a release (from the nodes'
+// announcements), an expiry (when the TTL B read runs out), and a hand-off
+// between two clients of A (announced as a grant).
 func TestAStreamOnOneReplicaSeesAnotherReplicasLocksOverRedis(t *testing.T) {
 	ctx := context.Background()
 	a, b := redisReplicas(t)
-	s, err := hub(t, b, &watch.Options{Poll: 50 * time.Millisecond}).Subscribe("job")
+	s, err := hub(t, b, &watch.Options{Poll: forever}).Subscribe("job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +110,7 @@ func TestAStreamOnOneReplicaSeesAnotherReplicasLocksOverRedis(t *testing.T) {
 	if l2.Token <= l1.Token {
 		t.Fatalf("tokens %d then %d", l1.Token, l2.Token)
 	}
+	handsOff(t, a, "job", s)
 }
 
 // BenchmarkLongPollAnswersAReleaseOnAnotherReplica measures the time from
