@@ -43,9 +43,9 @@ fresh() {
 # The commands answer what they should before they are timed
 # (redis-benchmark counts error replies as commands).
 fresh
-[ "$(rc EVALSHA "$acquire" 2 'lockgate:{x}:lock' 'lockgate:{t}:tokens' 1 lease-0123456789abcdef 10000 owner replica 0 | tr '\n' ' ')" = "1 1 " ] ||
+[ "$(rc EVALSHA "$acquire" 2 'lockgate:{x}:lock' 'lockgate:{t}:tokens' lease-0123456789abcdef 10000 owner replica 0 | tr '\n' ' ')" = "1 1 " ] ||
 	{ echo "acquire.lua did not grant token 1" >&2; exit 1; }
-[ "$(rc EVALSHA "$release" 3 'lockgate:{x}:lock' 'lockgate:{t}:tokens' 'lockgate:{x}:released' 1 lease-0123456789abcdef 0 | tr '\n' ' ')" = "1 1 0 " ] ||
+[ "$(rc EVALSHA "$release" 3 'lockgate:{x}:lock' 'lockgate:{t}:tokens' 'lockgate:{x}:released' lease-0123456789abcdef 0 | tr '\n' ' ')" = "1 1 0 " ] ||
 	{ echo "release.lua did not release" >&2; exit 1; }
 [ "$(rc EVALSHA "$rlobtain" 1 k v 1 10000)" = "OK" ] || { echo "redislock's obtain did not obtain" >&2; exit 1; }
 [ "$(rc EVALSHA "$rsdelete" 1 k v)" = "1" ] || { echo "redsync's delete did not delete" >&2; exit 1; }
@@ -67,7 +67,7 @@ for pipe in 1 16; do
 	run "$pipe" 'EVALSHA of return 1' EVALSHA "$nothing" 0
 	run "$pipe" 'SET NX PX (redsync acquire)' SET 'k:__rand_int__' v NX PX 10000
 	run "$pipe" 'redislock obtain script, a first grant' EVALSHA "$rlobtain" 1 'k:__rand_int__' v 1 10000
-	run "$pipe" 'lockgate acquire.lua, a first grant' EVALSHA "$acquire" 2 'lockgate:{__rand_int__}:lock' 'lockgate:{t}:tokens' 1 lease-0123456789abcdef 10000 owner replica 0
+	run "$pipe" 'lockgate acquire.lua, a first grant' EVALSHA "$acquire" 2 'lockgate:{__rand_int__}:lock' 'lockgate:{t}:tokens' lease-0123456789abcdef 10000 owner replica 0
 	run "$pipe" 'redsync delete script, key absent' EVALSHA "$rsdelete" 1 'k:__rand_int__' v
-	run "$pipe" 'lockgate release.lua, lock absent' EVALSHA "$release" 3 'lockgate:{__rand_int__}:lock' 'lockgate:{t}:tokens' 'lockgate:{__rand_int__}:released' 1 lease-0123456789abcdef 0
+	run "$pipe" 'lockgate release.lua, lock absent' EVALSHA "$release" 3 'lockgate:{__rand_int__}:lock' 'lockgate:{t}:tokens' 'lockgate:{__rand_int__}:released' lease-0123456789abcdef 0
 done

@@ -27,7 +27,8 @@ import (
 )
 
 // UnsafeEnv is the test-only switch that turns the gateway's data-loss
-// protection off.
+// protection off, in a gateway built with the lockgate_unprotected tag
+// (gatewaytest.BinaryTagged); a production build ignores it.
 const UnsafeEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
 
 func TestMain(m *testing.M) {
@@ -139,6 +140,9 @@ type cluster struct {
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
 	bin := gatewaytest.Binary(t, "lockgate")
+	if unsafe {
+		bin = gatewaytest.BinaryTagged(t, "lockgate", "lockgate_unprotected")
+	}
 	// Redis records every event slower than 25 ms (collected by stallLog):
 	// an fsync that holds a node up shows there. The nodes sync their AOF
 	// once a second, as docs/operations.md now recommends: a restarted

@@ -62,8 +62,9 @@
 // TestFaults runs with the protection on and fails on any C2, C3, C5 or A
 // violation, on a C1 violation in a fault-free window, on a C4 miss, and
 // on any 5xx other than 503.
-// TestFaultsCatchC2WithoutProtection starts the gateways with
-// LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1, plays only the two episodes with no
+// TestFaultsCatchC2WithoutProtection starts gateways built with the
+// lockgate_unprotected tag and LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (a
+// production build ignores it), plays only the two episodes with no
 // other client, and fails unless C2 flags each of them: it shows that the
 // suite can fail.
 package chaos

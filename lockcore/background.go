@@ -4,9 +4,13 @@ import (
 	"sync"
 )
 
-// background counts the rounds whose late answers are still being acted on
-// (see round.rest). Tests wait on it (export_test.go) before they read the
-// nodes: a round decided at a quorum may leave a node's call under way.
+// background counts the goroutines a Redlock leaves running after a call
+// returns (see Redlock.spawn): the rounds whose late answers are still
+// being acted on (see quorum.Config.Spawn) and the fencing catch-ups (see
+// catchUp). Each ends by its
+// node calls' NodeTimeout. Close waits for them, and tests (export_test.go)
+// before they read the nodes: a round decided at a quorum may leave a
+// node's call under way.
 type background struct {
 	mu   sync.Mutex
 	n    int
@@ -28,8 +32,8 @@ func (b *background) done() {
 	b.mu.Unlock()
 }
 
-// wait returns once no round has late answers left to act on: each ends by
-// its calls' deadlines.
+// wait returns once nothing counted runs any longer: each ends by its
+// calls' deadlines.
 func (b *background) wait() {
 	b.mu.Lock()
 	if b.n == 0 {

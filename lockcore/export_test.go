@@ -9,7 +9,8 @@ import (
 )
 
 // Settle waits until the late answers of r's decided calls have been acted
-// on, so that a test reads the nodes as the calls left them. A call is
+// on and its fencing catch-ups are done (see background), so that a test
+// reads the nodes as the calls left them. A call is
 // answered at the first quorum once the others have had a grace (see
 // quorum.Run): under load a healthy node can take longer than that, and
 // its part may not be done yet when the call returns.
@@ -39,7 +40,8 @@ func Missed(r *Redlock) []int {
 }
 
 // Pending returns how many of r's decided rounds still wait for late
-// answers (see round.Rest).
+// answers (see round.Rest), plus its fencing catch-ups under way (see
+// catchUp).
 func Pending(r *Redlock) int {
 	r.bg.mu.Lock()
 	defer r.bg.mu.Unlock()

@@ -35,11 +35,12 @@ func (r *Redlock) fence(ctx context.Context, resource, lease string, token int64
 
 // catchUp raises, in the background, the counters of the nodes that did not
 // answer token: those that answered lower (they missed grants while down or
-// slow) and those that did not answer (other than quarantined ones). Left
+// slow) and those that did not answer (other than quarantined ones). Close
+// waits for the raises. Left
 // behind, such a node would weaken the fencing argument once another node
 // loses its data (see the package doc).
 func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeResult) {
-	if r.opt.UnsafeNoLossProtection {
+	if r.unprotected {
 		return
 	}
 	for i, res := range results {
@@ -49,7 +50,7 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 		if !behind && !unheard {
 			continue
 		}
-		go r.raiseOn(i, resource, lease, token)
+		r.spawn(func() { r.raiseOn(i, resource, lease, token) })
 	}
 }
 
@@ -73,7 +74,7 @@ func (r *Redlock) nodeCall(i int, fn func(ctx context.Context, n Node) (NodeRepl
 // raiseOn raises node i's counter for resource, and lease's token there,
 // to token (see fence).
 func (r *Redlock) raiseOn(i int, resource, lease string, token int64) {
-	if r.opt.UnsafeNoLossProtection {
+	if r.unprotected {
 		return
 	}
 	r.nodeCall(i, func(ctx context.Context, n Node) (NodeReply, error) {

@@ -38,6 +38,50 @@ type HealthObserver interface {
 	NodeState(node string, state NodeState, reason string)
 }
 
+// GuardNode is what the node guard needs of a node to keep its data whole:
+// checks, quarantine, initialization and repair. Check, Quarantine,
+// MarkInitializing, Repair and Ping work whatever the node's state;
+// Counters fails with ErrQuarantined while the node is out of service (see
+// Node).
+type GuardNode interface {
+	// Ping checks that the node answers.
+	Ping(ctx context.Context) error
+	// Check probes the node: whether it answers, accepts writes, kept its
+	// data, and whether it is in quarantine (see NodeHealth). It may write
+	// (a heartbeat), so that a node that refuses writes shows.
+	Check(ctx context.Context) (NodeHealth, error)
+	// Quarantine takes the node out of service until Repair, and starts the
+	// quarantine's clock (NodeHealth.QuarantinedFor), again at every call:
+	// a node back from a copy of its data taken during an earlier
+	// quarantine must not count that one's time.
+	Quarantine(ctx context.Context) error
+	// MarkInitializing records, on a node that is not initialized, that a
+	// gateway is about to initialize it as a node of a new cluster (see
+	// NodeHealth.Initializing), and returns the epoch to Repair it with:
+	// a new one, or the one of a mark already on the node (gateways that
+	// initialize a cluster together share it). The mark goes with the
+	// node's data. On an initialized node it changes nothing and returns
+	// "". It grants nothing.
+	MarkInitializing(ctx context.Context) (epoch string, err error)
+	// Counters returns the node's fencing counters, FenceSlots of them. It
+	// fails with ErrQuarantined while the node is out of service (see
+	// Node), also when it lost its data since it was last checked: only a
+	// node in service may be a source for a repair.
+	Counters(ctx context.Context) ([]int64, error)
+	// Repair raises every slot's counter to at least floor[slot] (floor has
+	// FenceSlots entries) and puts the node in service: initialized, not
+	// quarantined, its data trusted as of now. It acts only while the
+	// node's epoch (NodeHealth.Epoch) is epoch, which must not be empty:
+	// the epoch of the check that found the node's quarantine long enough,
+	// or of MarkInitializing. A node quarantined again, marked again or
+	// that lost its data since has another epoch: Repair then fails with
+	// ErrNodeChanged, and any step it had taken before the change is
+	// undone by what changed it (a quarantine marks every slot again).
+	Repair(ctx context.Context, floor []int64, epoch string) error
+	// String names the node in errors and logs (never a password).
+	String() string
+}
+
 // bulkTimeout bounds the guard's whole-node operations (quarantine, reading
 // and repairing every slot's counter): thousands of pipelined commands.
 const bulkTimeout = 10 * time.Second
@@ -49,6 +93,12 @@ const bulkTimeout = 10 * time.Second
 // their quarantine has lasted long enough.
 type guard struct {
 	r *Redlock
+	// nodes are the Redlock's nodes, and checks the same nodes with their
+	// Check reported to the Observer.
+	nodes, checks []GuardNode
+	// ctx is the guard's passes' context, cancelled by close.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	startMu sync.Mutex    // held by the first pass
 	started atomic.Bool   // the first pass is done and the loop runs
@@ -94,9 +144,15 @@ type guard struct {
 const bootGrace = 2 * bulkTimeout
 
 func newGuard(r *Redlock) *guard {
-	return &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	g := &guard{r: r, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		states: make([]NodeReport, len(r.nodes)), suspects: make([]atomic.Bool, len(r.nodes)),
 		audited: make([]time.Time, len(r.nodes))}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	for i, n := range r.nodes {
+		g.nodes = append(g.nodes, n)
+		g.checks = append(g.checks, r.calls[i])
+	}
+	return g
 }
 
 // ready makes the first pass over the nodes on first use, in the calling
@@ -146,6 +202,7 @@ func (g *guard) close() {
 		return
 	}
 	close(g.stop)
+	g.cancel()
 	if g.started.Load() {
 		<-g.done
 	}
@@ -158,8 +215,6 @@ func (g *guard) close() {
 
 func (g *guard) loop() {
 	defer close(g.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	// Real time, not Options.Clock: the checks are I/O against the nodes'
 	// own clocks, and a fake clock driving waits in tests must not move
 	// them (nor they it).
@@ -172,16 +227,7 @@ func (g *guard) loop() {
 		case <-g.kick:
 		case <-t.C:
 		}
-		pctx, stop := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-g.stop:
-			case <-pctx.Done():
-			}
-			stop()
-		}()
-		g.pass(pctx)
-		stop()
+		g.pass(g.ctx) // close cancels g.ctx, ending a pass under way
 	}
 }
 
@@ -193,13 +239,13 @@ type checkResult struct {
 
 // check runs Check on every node in parallel.
 func (g *guard) check(ctx context.Context) []checkResult {
-	out := make([]checkResult, len(g.r.nodes))
+	out := make([]checkResult, len(g.checks))
 	var wg sync.WaitGroup
-	for i := range g.r.nodes {
+	for i, n := range g.checks {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, g.r.checkTimeout())
 			defer cancel()
-			out[i].h, out[i].err = g.r.calls[i].Check(cctx)
+			out[i].h, out[i].err = n.Check(cctx)
 		})
 	}
 	wg.Wait()
@@ -213,7 +259,7 @@ func (g *guard) pass(ctx context.Context) {
 	g.mu.Lock()
 	g.last, g.lastAt = res, time.Now()
 	g.mu.Unlock()
-	if g.r.opt.UnsafeNoLossProtection {
+	if g.r.unprotected {
 		return
 	}
 	if g.fresh(res) {
@@ -225,30 +271,90 @@ func (g *guard) pass(ctx context.Context) {
 		if c.err != nil {
 			continue
 		}
-		switch h := c.h; {
-		case !h.Lost && !h.Initialized && h.Initializing && h.InitializingFor < bootGrace:
-			// Look again soon: it may be initialized meanwhile.
-			next = pick(next, min(g.r.opt.CheckInterval, bootGrace-h.InitializingFor))
-		case h.Lost || !h.Initialized:
-			g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
-			if g.recoverable(i, res) {
-				next = 0 // recover it at the next pass, once its quarantine is marked
-			} else {
-				next = pick(next, g.r.quarantine())
-			}
-		case h.Quarantined && h.QuarantinedFor >= g.r.quarantine():
-			g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res, false) })
-		case h.Quarantined && g.recoverable(i, res):
-			g.do(ctx, i, "recover", func(ctx context.Context) error { return g.repair(ctx, i, res, true) })
-		case h.Quarantined:
-			next = pick(next, g.r.quarantine()-h.QuarantinedFor)
-		case healthError(h) == nil && g.audit(ctx, i):
-			next = 0 // recover it at the next pass
+		rec := g.recoverable(i, res)
+		if d := g.act(ctx, i, decide(c.h, g.r.quarantine(), rec), res); d >= 0 {
+			next = pick(next, d)
 		}
 	}
 	if next >= 0 {
 		g.wakeIn(next)
 	}
+}
+
+// nodeAction is what a pass does with a node that answered its check.
+type nodeAction int
+
+const (
+	// actNone: nothing (the node refuses writes: its check says why).
+	actNone nodeAction = iota
+	// actBootWait: the node is marked as being initialized, for less than
+	// bootGrace: look again soon, it may be initialized meanwhile.
+	actBootWait
+	// actQuarantine: the node lost its data or was never initialized.
+	actQuarantine
+	// actRepair: its quarantine has lasted long enough (see quarantine).
+	actRepair
+	// actRecover: quarantined, and it can recover from the other nodes.
+	actRecover
+	// actWait: quarantined: wait for the quarantine's end.
+	actWait
+	// actAudit: in service; audit its slots if a lock operation found it
+	// out of service (see audit).
+	actAudit
+)
+
+// decide is a pass's rule for one node whose check found h: quarantine
+// is how long a quarantine lasts, recoverable whether the node can recover
+// from the other nodes now (see recoverable).
+func decide(h NodeHealth, quarantine time.Duration, recoverable bool) nodeAction {
+	switch {
+	case bootWaiting(h):
+		return actBootWait
+	case h.Lost || !h.Initialized:
+		return actQuarantine
+	case h.Quarantined && h.QuarantinedFor >= quarantine:
+		return actRepair
+	case h.Quarantined && recoverable:
+		return actRecover
+	case h.Quarantined:
+		return actWait
+	case healthError(h) == nil:
+		return actAudit
+	}
+	return actNone
+}
+
+// bootWaiting reports whether h is a node that a gateway marked for
+// initialization less than bootGrace ago, and that lost nothing since.
+func bootWaiting(h NodeHealth) bool {
+	return !h.Lost && !h.Initialized && h.Initializing && h.InitializingFor < bootGrace
+}
+
+// act does a on node i, which res found as it is, and returns when the
+// guard should pass again for it (negative: no sooner than its interval).
+func (g *guard) act(ctx context.Context, i int, a nodeAction, res []checkResult) time.Duration {
+	h := res[i].h
+	switch a {
+	case actBootWait:
+		return min(g.r.opt.CheckInterval, bootGrace-h.InitializingFor)
+	case actQuarantine:
+		g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.nodes[i].Quarantine(ctx) })
+		if g.recoverable(i, res) {
+			return 0 // recover it at the next pass, once its quarantine is marked
+		}
+		return g.r.quarantine()
+	case actRepair:
+		g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res, false) })
+	case actRecover:
+		g.do(ctx, i, "recover", func(ctx context.Context) error { return g.repair(ctx, i, res, true) })
+	case actWait:
+		return g.r.quarantine() - h.QuarantinedFor
+	case actAudit:
+		if g.audit(ctx, i) {
+			return 0 // recover it at the next pass
+		}
+	}
+	return -1
 }
 
 // lastPass returns the checks of the guard's last pass and when it made
@@ -305,7 +411,7 @@ func (g *guard) fresh(res []checkResult) bool {
 // decided late (it was paused between its check and its marks, say) finds
 // the nodes another one initialized meanwhile, and stops. A node whose
 // mark is gone by the time it is initialized (it lost its data, or was
-// quarantined: see Node.Repair) is left as it is. A replica that finds
+// quarantined: see GuardNode.Repair) is left as it is. A replica that finds
 // some nodes initialized finds every other node of the new cluster marked,
 // and waits for it (see bootGrace).
 func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
@@ -315,7 +421,7 @@ func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
 		if c.err == nil {
 			wg.Go(func() {
 				g.do(ctx, i, "initialize", func(ctx context.Context) (err error) {
-					epochs[i], err = g.r.nodes[i].MarkInitializing(ctx)
+					epochs[i], err = g.nodes[i].MarkInitializing(ctx)
 					return err
 				})
 			})
@@ -329,7 +435,7 @@ func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
 	for i, epoch := range epochs {
 		if epoch != "" {
 			wg.Go(func() {
-				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.r.nodes[i].Repair(ctx, zero, epoch) })
+				g.do(ctx, i, "initialize", func(ctx context.Context) error { return g.nodes[i].Repair(ctx, zero, epoch) })
 			})
 		}
 	}

@@ -149,51 +149,73 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor str
 		if r.listed(c) {
 			return page, nil
 		}
-		sctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
-		names, next, err := listers[c.Node].ScanLocks(sctx, prefix, c.Scan, listScanCount)
-		cancel()
-		if err != nil {
-			if c, err = r.skipNode(ctx, c, err); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		slices.Sort(names)
-		names = slices.Compact(names)
-		names = slices.DeleteFunc(names, func(n string) bool { return n <= c.After || !ValidResource(n) })
-		// The step's names are examined in order; a full page stops
-		// within it, and the next page takes the same step again, past
-		// the last name examined.
-		room := limit - len(page.Locks)
-		examined := names
-		full := len(names) >= room
-		if full {
-			examined = names[:room]
-		}
-		infos, err := r.inspectMany(ctx, listers, examined, c)
-		if err != nil {
+		var done bool
+		if c, done, err = r.listStep(ctx, listers, limit, c, page); err != nil {
 			return nil, err
 		}
-		page.Locks = append(page.Locks, infos...)
-		if full && len(examined) > 0 {
-			c.After = examined[len(examined)-1]
-			if len(page.Locks) >= limit {
-				page.Next = c.encode()
-				return page, nil
-			}
-			continue // a page not filled by the names examined: take the step again past them
-		}
-		c.Scan, c.After = next, ""
-		if next == "" {
-			c.Node++
-			c.Scan = ""
-		}
-		if r.listed(c) {
+		if done {
 			return page, nil
 		}
 	}
 	page.Next = c.encode()
 	return page, nil
+}
+
+// listStep takes one scan step of the listing at c, on node c.Node, and
+// adds what it lists to page, up to limit locks in all. It returns where
+// the listing stands after it, and done when page is complete: full (its
+// Next set), or the listing over.
+func (r *Redlock) listStep(ctx context.Context, listers []Lister, limit int, c listCursor, page *ListPage) (listCursor, bool, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
+	names, next, err := listers[c.Node].ScanLocks(sctx, c.Prefix, c.Scan, listScanCount)
+	cancel()
+	if err != nil {
+		c, err = r.skipNode(ctx, c, err)
+		return c, false, err
+	}
+	// The step's names are examined in order; a full page stops within
+	// it, and the next page takes the same step again, past the last name
+	// examined.
+	examined, full := stepNames(names, c.After, limit-len(page.Locks))
+	infos, err := r.inspectMany(ctx, listers, examined, c)
+	if err != nil {
+		return c, false, err
+	}
+	page.Locks = append(page.Locks, infos...)
+	if full && len(examined) > 0 {
+		c.After = examined[len(examined)-1]
+		if len(page.Locks) < limit {
+			return c, false, nil // a page not filled by the names examined: take the step again past them
+		}
+		page.Next = c.encode()
+		return c, true, nil
+	}
+	c = c.past(next)
+	return c, r.listed(c), nil
+}
+
+// stepNames returns the names of a scan step to examine, at most room of
+// them: sorted, once each, valid and after after. full reports that room
+// cut them short (or just fitted them).
+func stepNames(names []string, after string, room int) (examined []string, full bool) {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	names = slices.DeleteFunc(names, func(n string) bool { return n <= after || !ValidResource(n) })
+	if len(names) >= room {
+		return names[:room], true
+	}
+	return names, false
+}
+
+// past is c once its scan step is done, next being the node's cursor
+// after it: the node's next step, or the next node's first when the
+// node's walk is over.
+func (c listCursor) past(next string) listCursor {
+	c.Scan, c.After = next, ""
+	if next == "" {
+		c.Node++
+	}
+	return c
 }
 
 // listArgs checks List's prefix and limit, and returns the limit to use and
@@ -286,24 +308,11 @@ func (r *Redlock) inspectMany(ctx context.Context, listers []Lister, names []str
 // node, not skipped, that holds it; nil when no quorum holds it, or when it
 // is listed (or to be listed) through another node.
 func (r *Redlock) listedHere(views [][]NodeLock, k int, c listCursor) []NodeLock {
-	byLease := map[string][]int{}
-	for i, v := range views {
-		if v != nil && v[k].Found {
-			byLease[v[k].Lease] = append(byLease[v[k].Lease], i)
-		}
-	}
-	for _, held := range byLease {
+	for _, held := range holders(views, k) {
 		if len(held) < r.quorum {
 			continue
 		}
-		first := -1
-		for _, i := range held {
-			if c.Skipped&(1<<i) == 0 {
-				first = i
-				break
-			}
-		}
-		if first != c.Node {
+		if firstUnskipped(held, c.Skipped) != c.Node {
 			return nil
 		}
 		locks := make([]NodeLock, len(held))
@@ -313,6 +322,29 @@ func (r *Redlock) listedHere(views [][]NodeLock, k int, c listCursor) []NodeLock
 		return locks
 	}
 	return nil
+}
+
+// holders groups, by lease, the nodes i whose view views[i][k] holds the
+// lock (a nil views[i] did not answer).
+func holders(views [][]NodeLock, k int) map[string][]int {
+	byLease := map[string][]int{}
+	for i, v := range views {
+		if v != nil && v[k].Found {
+			byLease[v[k].Lease] = append(byLease[v[k].Lease], i)
+		}
+	}
+	return byLease
+}
+
+// firstUnskipped returns the first of nodes (in order) not in the bit set
+// skipped, or -1.
+func firstUnskipped(nodes []int, skipped uint64) int {
+	for _, i := range nodes {
+		if skipped&(1<<i) == 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // lockInfo describes a lock from the copies of the quorum that holds it,

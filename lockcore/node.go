@@ -17,9 +17,13 @@ var ErrQuarantined = errors.New("lockcore: node is quarantined until repaired (i
 // again, or lost its data since (its epoch changed).
 var ErrNodeChanged = errors.New("lockcore: the node changed since it was checked (quarantined again, or lost its data); not repaired")
 
-// Node is one independent lock store: a Redis master, or the in-memory node.
-// Every method acts atomically on the node and is bounded by ctx. A Node must
-// be safe for concurrent use.
+// Node is one independent lock store, as New takes it: a Redis master, or
+// the in-memory node. It is the two views of the store that lockcore uses,
+// each where it is used: LockNode, which the lock operations fan out to,
+// and GuardNode, through which the node guard keeps the store's data
+// whole (see the package doc, "Nodes that lose their data"). A Node must
+// be safe for concurrent use; every method acts atomically on the node and
+// is bounded by ctx.
 //
 // A node keeps a lock per held resource (lease id, the node's token for that
 // lease, owner label, TTL; it expires with the TTL) and a fencing counter per
@@ -27,10 +31,19 @@ var ErrNodeChanged = errors.New("lockcore: the node changed since it was checked
 // decrease while the node keeps its data). The lock and its slot's counter
 // change in one atomic step.
 //
-// Every operation but Check, Quarantine, MarkInitializing, Repair and Ping fails with ErrQuarantined,
+// Every LockNode operation, and Counters, fails with ErrQuarantined,
 // changing nothing, while the node is quarantined, before it was first
 // initialized (Repair), and after it lost its data, until Repair.
 type Node interface {
+	LockNode
+	GuardNode
+}
+
+// LockNode is what a lock needs of a node: the operations Acquire, Extend,
+// Release, Inspect and the fencing write-back fan out to. Each fails with
+// ErrQuarantined, changing nothing, while the node is out of service (see
+// Node).
+type LockNode interface {
 	// Acquire takes the lock for req.Lease if it is free, incrementing the
 	// node's fencing counter in the same step (StatusGranted, Token = the new
 	// counter value). If req.Lease already holds it, the TTL is reset to
@@ -60,40 +73,6 @@ type Node interface {
 	RaiseFence(ctx context.Context, resource, lease string, token int64) error
 	// Inspect reads the lock. Found is false when nothing holds it.
 	Inspect(ctx context.Context, resource string) (NodeLock, error)
-	// Ping checks that the node answers.
-	Ping(ctx context.Context) error
-	// Check probes the node: whether it answers, accepts writes, kept its
-	// data, and whether it is in quarantine (see NodeHealth). It may write
-	// (a heartbeat), so that a node that refuses writes shows.
-	Check(ctx context.Context) (NodeHealth, error)
-	// Quarantine takes the node out of service until Repair, and starts the
-	// quarantine's clock (NodeHealth.QuarantinedFor), again at every call:
-	// a node back from a copy of its data taken during an earlier
-	// quarantine must not count that one's time.
-	Quarantine(ctx context.Context) error
-	// MarkInitializing records, on a node that is not initialized, that a
-	// gateway is about to initialize it as a node of a new cluster (see
-	// NodeHealth.Initializing), and returns the epoch to Repair it with:
-	// a new one, or the one of a mark already on the node (gateways that
-	// initialize a cluster together share it). The mark goes with the
-	// node's data. On an initialized node it changes nothing and returns
-	// "". It grants nothing.
-	MarkInitializing(ctx context.Context) (epoch string, err error)
-	// Counters returns the node's fencing counters, FenceSlots of them. It
-	// fails with ErrQuarantined while the node is out of service (see
-	// above), also when it lost its data since it was last checked: only a
-	// node in service may be a source for a repair.
-	Counters(ctx context.Context) ([]int64, error)
-	// Repair raises every slot's counter to at least floor[slot] (floor has
-	// FenceSlots entries) and puts the node in service: initialized, not
-	// quarantined, its data trusted as of now. It acts only while the
-	// node's epoch (NodeHealth.Epoch) is epoch, which must not be empty:
-	// the epoch of the check that found the node's quarantine long enough,
-	// or of MarkInitializing. A node quarantined again, marked again or
-	// that lost its data since has another epoch: Repair then fails with
-	// ErrNodeChanged, and any step it had taken before the change is
-	// undone by what changed it (a quarantine marks every slot again).
-	Repair(ctx context.Context, floor []int64, epoch string) error
 	// String names the node in errors and logs (never a password).
 	String() string
 }
@@ -173,28 +152,6 @@ type NodeHealth struct {
 	// was last recovered (a restart, a restore, a failover), or the node's
 	// record gone (flushed, or restarted empty).
 	Reason string
-}
-
-// HeldLock is one lock a node holds, as Adopter takes it in.
-type HeldLock struct {
-	Resource string
-	NodeLock
-}
-
-// Adopter is implemented by nodes that can recover from the other nodes
-// instead of waiting out a quarantine of the largest TTL (see the package
-// doc, "Nodes that lose their data"): the guard reads the locks that
-// enough other nodes hold and hands them to AdoptLocks before Repair puts
-// the node back in service.
-type Adopter interface {
-	// AdoptLocks takes in locks held on other nodes, each with at least its
-	// Remaining time to live: a free lock becomes held for the lease with
-	// the lock's token; a lock held here for another lease becomes held for
-	// no lease until the later of the two expiries (neither lease may then
-	// extend or take it here). The larger token stays. It acts only while
-	// the node's epoch is epoch, as Repair does, and fails with
-	// ErrNodeChanged otherwise.
-	AdoptLocks(ctx context.Context, locks []HeldLock, epoch string) error
 }
 
 // NodeAcquire is one node's share of an acquisition.

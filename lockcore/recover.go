@@ -6,6 +6,28 @@ import (
 	"time"
 )
 
+// HeldLock is one lock a node holds, as Adopter takes it in.
+type HeldLock struct {
+	Resource string
+	NodeLock
+}
+
+// Adopter is implemented by nodes that can recover from the other nodes
+// instead of waiting out a quarantine of the largest TTL (see the package
+// doc, "Nodes that lose their data"): the guard reads the locks that
+// enough other nodes hold and hands them to AdoptLocks before Repair puts
+// the node back in service.
+type Adopter interface {
+	// AdoptLocks takes in locks held on other nodes, each with at least its
+	// Remaining time to live: a free lock becomes held for the lease with
+	// the lock's token; a lock held here for another lease becomes held for
+	// no lease until the later of the two expiries (neither lease may then
+	// extend or take it here). The larger token stays. It acts only while
+	// the node's epoch is epoch, as Repair does, and fails with
+	// ErrNodeChanged otherwise.
+	AdoptLocks(ctx context.Context, locks []HeldLock, epoch string) error
+}
+
 // suspect records that a lock operation found node i out of service, and
 // asks for a pass: the node may be quarantined, or, if its check finds it
 // in service, a slot of it lost its counter (see audit).
@@ -32,11 +54,11 @@ func (g *guard) audit(ctx context.Context, i int) bool {
 	g.audited[i] = time.Now()
 	bctx, cancel := context.WithTimeout(ctx, bulkTimeout)
 	defer cancel()
-	if _, err := g.r.nodes[i].Counters(bctx); !isQuarantined(err) {
+	if _, err := g.nodes[i].Counters(bctx); !isQuarantined(err) {
 		return false
 	}
 	g.set(i, NodeLost, "a slot's fencing counter is missing (deleted, or evicted)")
-	g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.r.nodes[i].Quarantine(ctx) })
+	g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.nodes[i].Quarantine(ctx) })
 	return true
 }
 
@@ -63,16 +85,16 @@ func sources(i int, res []checkResult) []int {
 // instead of waiting out its quarantine: it takes in locks (Adopter),
 // enough others are in service and each can list its locks (Lister).
 func (g *guard) recoverable(i int, res []checkResult) bool {
-	if _, ok := g.r.nodes[i].(Adopter); !ok {
+	if _, ok := g.nodes[i].(Adopter); !ok {
 		return false
 	}
 	src := sources(i, res)
 	for _, j := range src {
-		if _, ok := g.r.nodes[j].(Lister); !ok {
+		if _, ok := g.nodes[j].(Lister); !ok {
 			return false
 		}
 	}
-	return len(src) >= recoverNeed(len(g.r.nodes), g.r.quorum)
+	return len(src) >= recoverNeed(len(g.nodes), g.r.quorum)
 }
 
 // repair raises node i's counters to the highest each slot has on the other
@@ -86,23 +108,34 @@ func (g *guard) recoverable(i int, res []checkResult) bool {
 // clockFloor as well when it has fewer (one node alone, or a majority that
 // lost data). The repair takes the epoch of the check that found the node
 // quarantined: if the node was quarantined again or lost its data since, it
-// does nothing (see Node.Repair).
+// does nothing (see GuardNode.Repair).
 func (g *guard) repair(ctx context.Context, i int, res []checkResult, early bool) error {
-	floor := make([]int64, FenceSlots)
-	var locks []HeldLock
-	read := 0
-	for _, j := range sources(i, res) {
-		var held []HeldLock
-		if early {
-			var err error
-			if held, err = heldLocks(ctx, g.r.nodes[j]); err != nil {
-				continue
-			}
+	floor, locks, read := g.readSources(ctx, sources(i, res), early)
+	need := recoverNeed(len(g.nodes), g.r.quorum)
+	switch {
+	case early && read < need:
+		return fmt.Errorf("recovery read %d of the %d other nodes in service it needs; the quarantine goes on", read, need)
+	case early:
+		if err := g.nodes[i].(Adopter).AdoptLocks(ctx, locks, res[i].h.Epoch); err != nil {
+			return err
 		}
-		// After the locks: Counters fails if the node lost its data
-		// while it was read.
-		counters, err := g.r.nodes[j].Counters(ctx)
-		if err != nil || len(counters) != FenceSlots {
+	case read < need:
+		if len(g.nodes) > 1 {
+			g.r.opt.Observer.QuorumFailed("repair")
+		}
+		raiseAll(floor, clockFloor(g.r.opt.Clock.Now()))
+	}
+	return g.nodes[i].Repair(ctx, floor, res[i].h.Epoch)
+}
+
+// readSources reads the nodes src: each one's counters and, for a recovery
+// (early), the locks it holds. floor is the highest counter of each slot,
+// locks every lock read, and read how many nodes were read in full.
+func (g *guard) readSources(ctx context.Context, src []int, early bool) (floor []int64, locks []HeldLock, read int) {
+	floor = make([]int64, FenceSlots)
+	for _, j := range src {
+		held, counters, ok := g.readSource(ctx, j, early)
+		if !ok {
 			continue
 		}
 		locks = append(locks, held...)
@@ -111,29 +144,36 @@ func (g *guard) repair(ctx context.Context, i int, res []checkResult, early bool
 		}
 		read++
 	}
-	need := recoverNeed(len(g.r.nodes), g.r.quorum)
-	switch {
-	case early && read < need:
-		return fmt.Errorf("recovery read %d of the %d other nodes in service it needs; the quarantine goes on", read, need)
-	case early:
-		if err := g.r.nodes[i].(Adopter).AdoptLocks(ctx, locks, res[i].h.Epoch); err != nil {
-			return err
-		}
-	case read < need:
-		if len(g.r.nodes) > 1 {
-			g.r.opt.Observer.QuorumFailed("repair")
-		}
-		cf := clockFloor(g.r.opt.Clock.Now())
-		for s := range floor {
-			floor[s] = max(floor[s], cf)
-		}
-	}
-	return g.r.nodes[i].Repair(ctx, floor, res[i].h.Epoch)
+	return floor, locks, read
 }
 
-// heldLocks reads every lock node n holds, by bounded listing steps.
-func heldLocks(ctx context.Context, n Node) ([]HeldLock, error) {
-	l := n.(Lister)
+// readSource reads node j's counters and, when early, first its locks; ok
+// is false when either failed.
+func (g *guard) readSource(ctx context.Context, j int, early bool) (held []HeldLock, counters []int64, ok bool) {
+	if early {
+		var err error
+		if held, err = heldLocks(ctx, g.nodes[j].(Lister)); err != nil {
+			return nil, nil, false
+		}
+	}
+	// After the locks: Counters fails if the node lost its data while they
+	// were read.
+	counters, err := g.nodes[j].Counters(ctx)
+	if err != nil || len(counters) != FenceSlots {
+		return nil, nil, false
+	}
+	return held, counters, true
+}
+
+// raiseAll raises every entry of floor to at least v.
+func raiseAll(floor []int64, v int64) {
+	for s := range floor {
+		floor[s] = max(floor[s], v)
+	}
+}
+
+// heldLocks reads every lock l holds, by bounded listing steps.
+func heldLocks(ctx context.Context, l Lister) ([]HeldLock, error) {
 	var out []HeldLock
 	cursor := ""
 	for {
@@ -141,22 +181,31 @@ func heldLocks(ctx context.Context, n Node) ([]HeldLock, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(names) > 0 {
-			views, err := l.InspectLocks(ctx, names)
-			if err != nil {
-				return nil, err
-			}
-			for k, v := range views {
-				if v.Found && k < len(names) {
-					out = append(out, HeldLock{Resource: names[k], NodeLock: v})
-				}
-			}
+		if out, err = appendHeld(ctx, l, out, names); err != nil {
+			return nil, err
 		}
 		if next == "" {
 			return out, nil
 		}
 		cursor = next
 	}
+}
+
+// appendHeld reads the locks on names from l and appends to out those held.
+func appendHeld(ctx context.Context, l Lister, out []HeldLock, names []string) ([]HeldLock, error) {
+	if len(names) == 0 {
+		return out, nil
+	}
+	views, err := l.InspectLocks(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range views {
+		if v.Found && k < len(names) {
+			out = append(out, HeldLock{Resource: names[k], NodeLock: v})
+		}
+	}
+	return out, nil
 }
 
 // ClockFloor is the counter floor the guard raises a node's counters to

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/unprotected"
 	"github.com/lockgate/lockgate/lockcore/internal/quorum"
 )
 
@@ -16,7 +18,7 @@ import (
 // Now().Sub(start), which uses Go's monotonic clock for the real clock;
 // tests inject a fake (nodetest.Clock). Node calls are bounded by
 // Options.NodeTimeout in real time whatever the clock, and so is the grace
-// a round gives the nodes still to answer (see round.until): both measure
+// a round gives the nodes still to answer (see quorum.Run): both measure
 // how long the nodes take to answer, which no fake clock governs.
 type Clock interface {
 	Now() time.Time
@@ -71,11 +73,6 @@ type Options struct {
 	// refused writes and the end of its quarantine (see the package doc).
 	// Default 1s.
 	CheckInterval time.Duration
-	// UnsafeNoLossProtection turns off the detection, quarantine and repair
-	// of nodes that lost data, and the catch-up of lagging counters: the
-	// behaviour before they existed, for tests that show what they prevent.
-	// Never in production.
-	UnsafeNoLossProtection bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -127,8 +124,15 @@ type Redlock struct {
 	// handOff is true when every node is a HandOffer.
 	handOff bool
 	guard   *guard
-	lates   lateLeases // acquisitions answered with calls still under way
-	bg      background // rounds whose late answers are being acted on
+	// unprotected is set when every node runs with the data-loss
+	// protection off (internal/unprotected: tests only): the guard then
+	// only checks, and no lagging counter is raised in the background.
+	unprotected bool
+	lates       lateLeases // acquisitions answered with calls still under way
+	bg          background // late answers being acted on, fencing catch-ups
+	// retries are the undo retries under way (retryUndo): Close waits for
+	// them too, but Settle does not, since one may last a lock's TTL.
+	retries sync.WaitGroup
 	// q makes the rounds' calls: each node's pace, the kept goroutines.
 	q *quorum.Group
 	// unheard holds, by node, the result a round holds until the node
@@ -158,10 +162,11 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 			r.handOff = false
 		}
 	}
+	r.unprotected = unprotected.All(nodes)
 	r.unheard = unheardResults(r.nodes)
 	r.waits = newWaitRoom(r)
-	r.guard = newGuard(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
+	r.guard = newGuard(r)
 	r.q = quorum.New(r.quorumConfig(0, keptCallers()))
 	return r, nil
 }
@@ -183,14 +188,19 @@ func (r *Redlock) Limits() (minTTL, maxTTL, maxWait time.Duration) {
 }
 
 // Close ends every wait in progress with ErrClosed, stops checking the
-// nodes and lets go of the goroutines kept for node calls (up to 256 stay
-// parked between calls until then). Later Acquire calls with a wait fail
-// with ErrClosed; other calls still work (their node calls on goroutines
-// that are not kept), but a node that loses data after Close is no longer
-// found. Close may be called more than once.
+// nodes, lets go of the goroutines kept for node calls (up to 256 stay
+// parked between calls until then), and returns once every goroutine the
+// Redlock started in the background has ended: the guard's, those that act
+// on late answers (each ends by its calls' NodeTimeout), and the fencing
+// catch-ups. Later Acquire calls with a wait fail with ErrClosed; other
+// calls still work (their node calls on goroutines that are not kept), but
+// a node that loses data after Close is no longer found. Close may be
+// called more than once.
 func (r *Redlock) Close() {
 	r.waits.close()
-	r.guard.close()
+	r.guard.close() // retryUndo ends once the guard stops
+	r.retries.Wait()
+	r.bg.wait()
 	r.q.Close()
 }
 

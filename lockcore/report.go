@@ -104,7 +104,7 @@ func (g *guard) setUntil(i int, state NodeState, reason string, until time.Time)
 	st.State, st.Reason, st.Until = state, reason, until
 	g.mu.Unlock()
 	if ho, ok := g.r.opt.Observer.(HealthObserver); ok && changed {
-		ho.NodeState(g.r.nodes[i].String(), state, reason)
+		ho.NodeState(g.nodes[i].String(), state, reason)
 	}
 }
 

@@ -54,7 +54,7 @@ func (r *Redlock) undoOn(at attempt, undo []bool) {
 			again = append(again, undo[i] && res.err != nil)
 		}
 		if slices.Contains(again, true) {
-			go r.retryUndo(resource, lease, again, at.TTL, at.superseded)
+			r.retries.Go(func() { r.retryUndo(resource, lease, again, at.TTL, at.superseded) })
 		}
 	}
 }

@@ -174,6 +174,6 @@ func (r *Redlock) releaseAbandoned(l *Lease) {
 		for i := range all {
 			all[i] = true
 		}
-		go r.retryUndo(l.Resource, l.ID, all, l.Validity, func() bool { return false })
+		r.retries.Go(func() { r.retryUndo(l.Resource, l.ID, all, l.Validity, func() bool { return false }) })
 	}
 }

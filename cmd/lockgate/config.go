@@ -59,7 +59,9 @@ type config struct {
 	// effective lists every setting's value (passwords masked) and where it
 	// came from, in the order of settings, for the startup log line.
 	effective []effective
-	// unprotected is set by LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (tests only).
+	// unprotected is set by LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 in a
+	// build with the lockgate_unprotected tag (tests only, see
+	// unprotectedMode).
 	unprotected bool
 	// redisPasswordFile is -redis-password-file, "" if unset.
 	redisPasswordFile string

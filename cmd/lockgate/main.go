@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/lockgate/lockgate/handlers"
+	"github.com/lockgate/lockgate/internal/unprotected"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
@@ -65,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
 	logConfig(log, cfg)
 
-	cfg.unprotected = getenv(unprotectedEnv) == "1"
+	cfg.unprotected = unprotectedMode(getenv, log)
 	nodes, closeNodes, err := openNodes(cfg, log)
 	if err != nil {
 		return err
@@ -75,7 +76,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	locker, err := lockcore.New(nodes, &lockcore.Options{
 		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
 		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
-		Observer: nodeLog{m, log}, UnsafeNoLossProtection: unprotected(getenv, log),
+		Observer: nodeLog{m, log},
 	})
 	if err != nil {
 		return err
@@ -177,10 +178,13 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 		}
 	}
 	for _, u := range cfg.Redis {
-		n, err := openNode(u, cfg.unprotected)
+		n, err := openNode(u)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("bad setting -redis (LOCKGATE_REDIS): %s: %w", redactURL(u), err)
+		}
+		if un, ok := n.(interface{ Unprotect(unprotected.Key) }); ok && cfg.unprotected {
+			un.Unprotect(unprotected.Key{}) // a Cluster node is always protected
 		}
 		nodes = append(nodes, n)
 		rn = append(rn, n)
@@ -195,24 +199,27 @@ func openNodes(cfg *config, log zerolog.Logger) ([]lockcore.Node, func(), error)
 // openNode opens one Redlock node: a Redis Cluster for a redis-cluster://
 // URL (always protected against data loss), a single server or a
 // Sentinel-managed primary otherwise.
-func openNode(u string, unprotected bool) (interface {
+func openNode(u string) (interface {
 	lockcore.Node
 	Close() error
 }, error) {
 	if redisnode.IsClusterURL(u) {
 		return redisnode.NewCluster(u)
 	}
-	return redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: unprotected})
+	return redisnode.New(u)
 }
 
-// unprotectedEnv turns off the detection of nodes that lost data. It is for
-// the fault-injection suite, which shows what the protection prevents; it
-// is not a documented setting.
+// unprotectedEnv turns off the detection of nodes that lost data, in a
+// gateway built with the lockgate_unprotected tag only (unprotectedBuild):
+// the fault-injection suite builds one to show what the protection
+// prevents. A production build never reads it.
 const unprotectedEnv = "LOCKGATE_UNSAFE_NO_LOSS_PROTECTION"
 
-// unprotected reads unprotectedEnv, and warns loudly when it is set.
-func unprotected(getenv func(string) string, log zerolog.Logger) bool {
-	if getenv(unprotectedEnv) != "1" {
+// unprotectedMode reports whether this gateway runs with the protection
+// off: a build with the lockgate_unprotected tag and unprotectedEnv set to
+// 1. It warns loudly when it does.
+func unprotectedMode(getenv func(string) string, log zerolog.Logger) bool {
+	if !unprotectedBuild || getenv(unprotectedEnv) != "1" {
 		return false
 	}
 	log.Warn().Str("env", unprotectedEnv).Msg("UNSAFE: data-loss protection is off; a node that loses its data " +

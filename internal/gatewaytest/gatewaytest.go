@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,6 +98,14 @@ var (
 // RemoveBinaries deletes.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
+	return BinaryTagged(t, name)
+}
+
+// BinaryTagged is Binary for a build with the given build tags (for
+// example lockgate_unprotected, see cmd/lockgate), built once per set of
+// tags and kept apart from the other builds of name.
+func BinaryTagged(t testing.TB, name string, tags ...string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if buildDir == "" {
@@ -106,14 +115,20 @@ func Binary(t testing.TB, name string) string {
 		}
 		buildDir = dir
 	}
+	args := []string{"build"}
 	path := filepath.Join(buildDir, name)
-	err, done := built[name]
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+		path += "-" + strings.Join(tags, "-")
+	}
+	err, done := built[path]
 	if !done {
-		out, e := exec.Command("go", "build", "-o", path, "github.com/lockgate/lockgate/cmd/"+name).CombinedOutput()
+		args = append(args, "-o", path, "github.com/lockgate/lockgate/cmd/"+name)
+		out, e := exec.Command("go", args...).CombinedOutput()
 		if e != nil {
-			err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, e, out)
+			err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), e, out)
 		}
-		built[name] = err
+		built[path] = err
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -296,16 +296,12 @@ var scriptSources = func() map[string]string {
 
 func scriptSource(s *redis.Script) string { return scriptSources[s.Hash()] }
 
-// protectArg is the guard's protect flag, first in every lock script's
-// ARGV (as Node.eval sends it): a ClusterNode is always protected.
-const protectArg = "1"
-
 // eval runs a guarded lock script while the node is trusted.
 func (c *ClusterNode) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	if !c.trusted.Load() {
 		return nil, c.outError()
 	}
-	res, err := c.evalOnce(ctx, s, keys, append([]any{protectArg}, args...))
+	res, err := c.evalOnce(ctx, s, keys, args)
 	if !c.trusted.Load() {
 		return nil, c.outError()
 	}

@@ -133,7 +133,7 @@ func (c *ClusterNode) InspectLocks(ctx context.Context, resources []string) ([]l
 	pipe := c.cc.Pipeline()
 	cmds := make([]*redis.Cmd, len(resources))
 	for i, r := range resources {
-		cmds[i] = pipe.EvalSha(ctx, inspectScript.Hash(), []string{lockKey(r), tokensKey(r)}, protectArg)
+		cmds[i] = pipe.EvalSha(ctx, inspectScript.Hash(), []string{lockKey(r), tokensKey(r)})
 	}
 	if err := execAll(ctx, pipe); err != nil {
 		return nil, timedOut(ctx, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/internal/unprotected"
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/nodetest"
 	"github.com/lockgate/lockgate/lockcore/redisnode"
@@ -45,9 +46,14 @@ func gatewayOver(t *testing.T, urls []string, protect bool, opts *lockcore.Optio
 	t.Helper()
 	nodes := make([]lockcore.Node, len(urls))
 	for i, u := range urls {
-		n, err := redisnode.NewWithOptions(u, &redisnode.Options{UnsafeNoLossProtection: !protect})
+		n, err := redisnode.New(u)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !protect {
+			// The Redlock runs unprotected too when every node is
+			// (internal/unprotected): wrap must keep the mark.
+			n.Unprotect(unprotected.Key{})
 		}
 		t.Cleanup(func() { n.Close() })
 		nodes[i] = n
@@ -55,7 +61,6 @@ func gatewayOver(t *testing.T, urls []string, protect bool, opts *lockcore.Optio
 			nodes[i] = wrap(i, n)
 		}
 	}
-	opts.UnsafeNoLossProtection = !protect
 	rl, err := lockcore.New(nodes, opts)
 	if err != nil {
 		t.Fatal(err)

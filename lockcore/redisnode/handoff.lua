@@ -3,10 +3,10 @@
 -- KEYS[1] lock hash     lockgate:{resource}:lock (fields as in acquire.lua)
 -- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
 -- KEYS[3] channel       lockgate:{resource}:released
--- ARGV[1] protect   ARGV[2] lease id being released
--- ARGV[3] next lease id   ARGV[4] next ttl in ms   ARGV[5] next owner label
--- ARGV[6] replica id of the asking gateway
--- ARGV[7] expected token of the released lock (If-Match), or 0 for no check
+-- ARGV[1] lease id being released
+-- ARGV[2] next lease id   ARGV[3] next ttl in ms   ARGV[4] next owner label
+-- ARGV[5] replica id of the asking gateway
+-- ARGV[6] expected token of the released lock (If-Match), or 0 for no check
 -- Returns {released, value, wanted, handed, token}:
 --   released 1 (value = released token), -2 (value = the lock's token, not
 --   the expected one: nothing changed), 0 (value = pttl: held by another
@@ -21,17 +21,17 @@
 -- A grant to the next lease publishes on lockgate:{resource}:acquired as
 -- acquire.lua does (payload the new token), not on the released channel:
 -- the lock was never free, so no waiter is woken.
-if slotout(KEYS[2], ARGV[1]) then
+if slotout(KEYS[2]) then
   return {-9, 0, 0, 0, 0}
 end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'by', 'x')
 if not h[1] then
   return {-1, 0, 0, 0, 0}
 end
-if ARGV[7] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[7]) then
+if ARGV[6] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[6]) then
   return {-2, tonumber(h[2]), 0, 0, 0}
 end
-if h[1] ~= ARGV[2] then
+if h[1] ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), 0, 0, 0}
 end
 redis.call('DEL', KEYS[1])
@@ -39,10 +39,10 @@ local wanted = 0
 if h[4] then
   wanted = 1
 end
-if ARGV[6] ~= '' and h[3] == ARGV[6] and wanted == 0 and ARGV[3] ~= ARGV[2] then
+if ARGV[5] ~= '' and h[3] == ARGV[5] and wanted == 0 and ARGV[2] ~= ARGV[1] then
   local tok = redis.call('HINCRBY', KEYS[2], 'n', 1)
-  redis.call('HSET', KEYS[1], 'lease', ARGV[3], 'tok', string.format('%d', tok), 'owner', ARGV[5], 'ttl', ARGV[4], 'by', ARGV[6])
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2], 'tok', string.format('%d', tok), 'owner', ARGV[4], 'ttl', ARGV[3], 'by', ARGV[5])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'acquired', string.format('%d', tok))
   return {1, tonumber(h[2]), 0, 1, tok}
 end

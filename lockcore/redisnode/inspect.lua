@@ -1,10 +1,9 @@
 -- inspect.lua: read a lock and its remaining TTL in one step.
 -- KEYS[1] lock hash     lockgate:{resource}:lock
 -- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
--- ARGV[1] protect
 -- Returns {-9} when the node is out of service, {} when not held, else
 -- {lease, token, owner, ttl, pttl}.
-if slotout(KEYS[2], ARGV[1]) then
+if slotout(KEYS[2]) then
   return {-9}
 end
 local v = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'owner', 'ttl')

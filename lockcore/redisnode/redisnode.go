@@ -86,6 +86,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/lockgate/lockgate/internal/unprotected"
 	"github.com/lockgate/lockgate/lockcore"
 )
 
@@ -171,7 +172,7 @@ const outReply = -9
 type Node struct {
 	rdb     *redis.Client
 	name    string
-	protect string // "1", or "0" in the unprotected test mode
+	protect string // "1", or "0" once Unprotect was called (tests only)
 
 	// trusted is true while the node's data is known to be whole: set by a
 	// Check that found nothing lost and by Repair, cleared by a Check that
@@ -206,15 +207,6 @@ var (
 	_ lockcore.HandOffer = (*Node)(nil)
 )
 
-// Options tune a Node. A nil *Options means the defaults.
-type Options struct {
-	// UnsafeNoLossProtection turns off the detection of lost data: a node
-	// restarted empty serves at once, its counters starting again at 0.
-	// For tests that show what the protection prevents; never in
-	// production.
-	UnsafeNoLossProtection bool
-}
-
 // New returns a node for the Redis server at rawURL: redis://[user:pass@]host:port[/db]
 // or rediss:// for TLS, or a primary that Redis Sentinel manages:
 // redis-sentinel://[user:pass@]host:port/mastername?addr=host:port&addr=host:port
@@ -226,28 +218,32 @@ type Options struct {
 //
 // The node serves no lock until a Check found its data whole or Repair
 // initialized it (lockcore.Redlock does both).
-func New(rawURL string) (*Node, error) { return NewWithOptions(rawURL, nil) }
+func New(rawURL string) (*Node, error) { return newNode(rawURL, true) }
 
-// NewWithOptions is New with options.
-func NewWithOptions(rawURL string, o *Options) (*Node, error) {
-	return newNode(rawURL, o, true)
+// Unprotect turns off the detection of lost data, for tests that show what
+// it prevents (see package internal/unprotected): the node serves at once
+// and whatever happened to its data, a slot whose counter is missing (the
+// node restarted empty) starting again at 0. Call it before the node is
+// used.
+func (n *Node) Unprotect(unprotected.Key) {
+	n.protect = "0"
+	n.trusted.Store(true)
 }
 
-// newNode is NewWithOptions; pipelined false runs every script on its own
-// pooled connection, as before the pipe (for benchmarks that compare).
-func newNode(rawURL string, o *Options, pipelined bool) (*Node, error) {
+// Unprotected reports whether Unprotect was called (internal/unprotected.Node).
+func (n *Node) Unprotected(unprotected.Key) bool { return n.protect != "1" }
+
+// newNode is New; pipelined false runs every script on its own pooled
+// connection, as before the pipe (for benchmarks that compare).
+func newNode(rawURL string, pipelined bool) (*Node, error) {
 	if strings.HasPrefix(rawURL, "redis-sentinel://") || strings.HasPrefix(rawURL, "rediss-sentinel://") {
-		return newSentinelNode(rawURL, o, pipelined)
+		return newSentinelNode(rawURL, pipelined)
 	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
 	}
 	n := &Node{name: opt.Addr, protect: "1"}
-	if o != nil && o.UnsafeNoLossProtection {
-		n.protect = "0"
-		n.trusted.Store(true)
-	}
 	// Timeouts come from each call's context (lockcore bounds every node
 	// call).
 	opt.ContextTimeoutEnabled = true
@@ -446,7 +442,7 @@ func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lo
 }
 
 // run runs a guarded script whose reply is an array of at least want
-// integers. The protect flag goes first in ARGV. A node out of service, by
+// integers. A node out of service, by
 // the script's guard or because it is not trusted before or after the call,
 // fails with lockcore.ErrQuarantined.
 func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, want int, args ...any) ([]int64, error) {
@@ -469,7 +465,14 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 	if !n.trusted.Load() {
 		return nil, n.outError()
 	}
-	args = append([]any{n.protect}, args...)
+	if n.protect != "1" && len(keys) > 1 && strings.HasSuffix(keys[1], "}:tokens") {
+		// Unprotected (tests only): a slot whose counter is missing
+		// starts again at 0, where the guard of a script that takes it
+		// (as KEYS[2]) would refuse it.
+		if err := n.rdb.HSetNX(ctx, keys[1], "n", 0).Err(); err != nil {
+			return nil, timedOut(ctx, err)
+		}
+	}
 	var res any
 	var err error
 	if n.pipe != nil {

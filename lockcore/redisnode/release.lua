@@ -2,8 +2,8 @@
 -- KEYS[1] lock hash  lockgate:{resource}:lock (fields as in acquire.lua)
 -- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
 -- KEYS[3] channel    lockgate:{resource}:released
--- ARGV[1] protect   ARGV[2] lease id
--- ARGV[3] expected token (If-Match), or 0 for no check
+-- ARGV[1] lease id
+-- ARGV[2] expected token (If-Match), or 0 for no check
 -- Returns {1, token, wanted} released (wanted 1 when an acquisition for
 -- another replica was refused while it was held, else 0), {-2, token} the
 -- lock's token is not the expected one (whoever holds it), {0, pttl} held by
@@ -13,17 +13,17 @@
 -- decimal as payload (not secret; watchers ignore it). The PUBLISH happens
 -- in the same atomic step as the DEL, so a subscriber that subscribed before
 -- it cannot miss it.
-if slotout(KEYS[2], ARGV[1]) then
+if slotout(KEYS[2]) then
   return {-9, 0}
 end
 local h = redis.call('HMGET', KEYS[1], 'lease', 'tok', 'x')
 if not h[1] then
   return {-1, 0}
 end
-if ARGV[3] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[3]) then
+if ARGV[2] ~= '0' and tonumber(h[2]) ~= tonumber(ARGV[2]) then
   return {-2, tonumber(h[2])}
 end
-if h[1] ~= ARGV[2] then
+if h[1] ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('DEL', KEYS[1])

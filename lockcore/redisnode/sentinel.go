@@ -65,16 +65,12 @@ func sentinelAddrs(u *url.URL) ([]string, error) {
 
 // newSentinelNode is newNode for a Sentinel-managed primary, with the same
 // client settings (see newNode for the reasons).
-func newSentinelNode(rawURL string, o *Options, pipelined bool) (*Node, error) {
+func newSentinelNode(rawURL string, pipelined bool) (*Node, error) {
 	fo, err := ParseSentinelURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis Sentinel URL: %w", err)
 	}
 	n := &Node{name: "sentinel:" + fo.MasterName + "@" + fo.SentinelAddrs[0], protect: "1"}
-	if o != nil && o.UnsafeNoLossProtection {
-		n.protect = "0"
-		n.trusted.Store(true)
-	}
 	fo.ContextTimeoutEnabled = true
 	fo.MaxRetries = -1
 	fo.DialerRetries = 1
