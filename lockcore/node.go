@@ -110,7 +110,8 @@ type HandOffer interface {
 	//
 	// Otherwise nothing is granted (granted.Status is StatusAbsent) and a
 	// release is announced to watchers as Release announces it. A hand-off
-	// itself is not announced: the lock was never free. released.Wanted is
+	// itself is not announced as a release: the lock was never free (an
+	// AcquireWatcher announces it as a grant). released.Wanted is
 	// set as Release sets it.
 	HandOff(ctx context.Context, lease string, ifToken int64, next NodeAcquire) (released, granted NodeReply, err error)
 }

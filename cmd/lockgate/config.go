@@ -33,8 +33,8 @@ type config struct {
 	// StreamIdle ends an event stream without events for that long
 	// (handlers.Options.StreamIdle).
 	StreamIdle time.Duration
-	// WatchPoll is how often a watched lock is read when nothing is
-	// announced (watch.Options.Poll).
+	// WatchPoll is how often a prefix is listed, and a watched lock read
+	// while its changes cannot all be heard announced (watch.Options.Poll).
 	WatchPoll time.Duration
 	// WaitersPerCaller is -max-waiters-per-caller as given (0: see
 	// waiterShare).
@@ -179,7 +179,7 @@ var settings = []setting{
 		c.MaxWatchers = n
 		return nil
 	}},
-	{"watch-poll", "LOCKGATE_WATCH_POLL", "1s", "how often a watched lock is read again when no release is announced: bounds how late watchers see an acquisition on another replica; each watched lock costs one quorum read per period", durationSetting(func(c *config) *time.Duration { return &c.WatchPoll })},
+	{"watch-poll", "LOCKGATE_WATCH_POLL", "1s", "how often a prefix event stream lists its prefix, and how often a watched lock is read while its replica cannot hear every release and acquisition from the nodes' announcements (too few nodes announce, or could be subscribed to); a watched lock whose changes are announced is never polled", durationSetting(func(c *config) *time.Duration { return &c.WatchPoll })},
 	{"stream-idle", "LOCKGATE_STREAM_IDLE", "5m", "an event stream without an event for this long ends (the client connects again)", durationSetting(func(c *config) *time.Duration { return &c.StreamIdle })},
 	{"max-waiters-per-caller", "LOCKGATE_MAX_WAITERS_PER_CALLER", "0", "waiting acquires one caller (token name, client certificate, else IP address) may have on a replica before 429, within -max-waiters; 0: a quarter of -max-waiters", func(c *config, v string) error {
 		n, err := strconv.Atoi(v)

@@ -39,6 +39,8 @@ type Node struct {
 	expiry   byExpiry // the locks by expiry, earliest first
 	counters []int64  // one per slot
 	watchers map[string]map[*watch]struct{}
+	// acquired are the watches of grants (lockcore.AcquireWatcher).
+	acquired map[string]map[*watch]struct{}
 	// Data-loss state (see lockcore.NodeHealth).
 	initialized, lost, quarantined bool
 	qsince                         time.Time
@@ -84,7 +86,7 @@ var seq atomic.Int64
 // New returns an empty node, in service.
 func New(opts *Options) *Node {
 	n := &Node{locks: map[string]*entry{}, names: newByName(), counters: make([]int64, lockcore.FenceSlots),
-		watchers: map[string]map[*watch]struct{}{}, initialized: true, stop: make(chan struct{})}
+		watchers: map[string]map[*watch]struct{}{}, acquired: map[string]map[*watch]struct{}{}, initialized: true, stop: make(chan struct{})}
 	if opts != nil {
 		n.name, n.now = opts.Name, opts.Now
 		for i := range n.counters {
@@ -104,6 +106,8 @@ var (
 	_ lockcore.Node      = (*Node)(nil)
 	_ lockcore.Watcher   = (*Node)(nil)
 	_ lockcore.HandOffer = (*Node)(nil)
+
+	_ lockcore.AcquireWatcher = (*Node)(nil)
 )
 
 // String names the node.
@@ -149,14 +153,15 @@ func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.
 	}
 }
 
-// grant gives the free lock on req.Resource to req.Lease with a new token.
-// n.mu must be held.
+// grant gives the free lock on req.Resource to req.Lease with a new token,
+// and calls every grant watch's notify on it. n.mu must be held.
 func (n *Node) grant(req lockcore.NodeAcquire) lockcore.NodeReply {
 	slot := lockcore.FenceSlot(req.Resource)
 	n.counters[slot]++
 	tok := n.counters[slot]
 	n.add(&entry{name: req.Resource, lease: req.Lease, token: tok, owner: req.Owner, ttl: req.TTL,
 		expires: n.now().Add(req.TTL), by: req.Replica})
+	notifyAll(n.acquired[req.Resource])
 	return lockcore.NodeReply{Status: lockcore.StatusGranted, Token: tok}
 }
 
@@ -214,9 +219,13 @@ func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int6
 // mismatch reports whether ifToken is set and is not e's token.
 func mismatch(e *entry, ifToken int64) bool { return ifToken != 0 && e.token != ifToken }
 
-// announce calls every watch's notify on resource. n.mu must be held.
-func (n *Node) announce(resource string) {
-	for w := range n.watchers[resource] {
+// announce calls every release watch's notify on resource. n.mu must be
+// held.
+func (n *Node) announce(resource string) { notifyAll(n.watchers[resource]) }
+
+// notifyAll calls the notify of every watch of ws.
+func notifyAll(ws map[*watch]struct{}) {
+	for w := range ws {
 		w.notify()
 	}
 }
@@ -294,22 +303,36 @@ func (n *Node) Ping(ctx context.Context) error { return ctx.Err() }
 // Watch implements lockcore.Watcher. notify is called with the node's lock
 // held, so it must not call back into the node.
 func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
+	return n.watch(ctx, n.watchers, resource, notify)
+}
+
+// WatchAcquired implements lockcore.AcquireWatcher: notify is called by
+// every Acquire that grants resource and every HandOff that passes it on,
+// before it returns, with the node's lock held, so it must not call back
+// into the node.
+func (n *Node) WatchAcquired(ctx context.Context, resource string, notify func()) (func(), error) {
+	return n.watch(ctx, n.acquired, resource, notify)
+}
+
+// watch adds a watch of resource to watchers (n.watchers or n.acquired)
+// until stop.
+func (n *Node) watch(ctx context.Context, watchers map[string]map[*watch]struct{}, resource string, notify func()) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	w := &watch{notify: notify}
 	n.mu.Lock()
-	if n.watchers[resource] == nil {
-		n.watchers[resource] = map[*watch]struct{}{}
+	if watchers[resource] == nil {
+		watchers[resource] = map[*watch]struct{}{}
 	}
-	n.watchers[resource][w] = struct{}{}
+	watchers[resource][w] = struct{}{}
 	n.mu.Unlock()
 	return func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		delete(n.watchers[resource], w)
-		if len(n.watchers[resource]) == 0 {
-			delete(n.watchers, resource)
+		delete(watchers[resource], w)
+		if len(watchers[resource]) == 0 {
+			delete(watchers, resource)
 		}
 	}, nil
 }

@@ -320,3 +320,23 @@ func (f *Faulty) Repair(ctx context.Context, floor []int64, epoch string) error 
 	}
 	return f.inner.Repair(ctx, floor, epoch)
 }
+
+// ErrNotAcquireWatcher is what Faulty.WatchAcquired returns when the node
+// it wraps is not a lockcore.AcquireWatcher.
+var ErrNotAcquireWatcher = errors.New("nodetest: the wrapped node is not a lockcore.AcquireWatcher")
+
+var _ lockcore.AcquireWatcher = (*Faulty)(nil)
+
+// WatchAcquired implements lockcore.AcquireWatcher as Watch does: by
+// delegating to the wrapped node (ErrNotAcquireWatcher when it is none),
+// after the faults set, passing the grants announced on as they come.
+func (f *Faulty) WatchAcquired(ctx context.Context, resource string, notify func()) (func(), error) {
+	w, ok := f.inner.(lockcore.AcquireWatcher)
+	if !ok {
+		return nil, ErrNotAcquireWatcher
+	}
+	if err := f.fault(ctx); err != nil {
+		return nil, err
+	}
+	return w.WatchAcquired(ctx, resource, notify)
+}

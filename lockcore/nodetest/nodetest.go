@@ -44,6 +44,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 		{"a lock expires after its TTL and the next holder gets a higher token", s.expiry},
 		{"exactly one of many concurrent leases wins a free lock", s.oneOfManyWins},
 		{"watchers hear the holder's release, once per watch, until stopped", s.watch},
+		{"grant watchers hear grants and hand-offs, not re-entries or refusals", s.watchAcquired},
 		{"If-Match", s.ifToken},
 		{"hand-off", s.handOff},
 		{"ping", s.ping},

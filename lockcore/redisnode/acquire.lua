@@ -13,6 +13,10 @@
 -- for another replica than the holder's sets x once (handoff.lua then will
 -- not pass the lock on within the holder's replica). A missing by counts as
 -- the empty replica.
+-- A grant publishes on lockgate:{resource}:acquired (KEYS[1] with its
+-- trailing 'lock' replaced: same hash tag, no key of its own), payload the
+-- new token in decimal (never the lease id), in the same atomic step as the
+-- HSET; a re-entry and a refusal publish nothing.
 if slotout(KEYS[2]) then
   return {-9, 0}
 end
@@ -22,6 +26,7 @@ if not holder then
   local tok = redis.call('HINCRBY', KEYS[2], 'n', 1)
   redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'tok', string.format('%d', tok), 'owner', ARGV[3], 'ttl', ARGV[2], 'by', ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'acquired', string.format('%d', tok))
   return {1, tok}
 end
 if holder == ARGV[1] then

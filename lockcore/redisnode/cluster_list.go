@@ -19,17 +19,35 @@ import (
 // keep each release on its shard; it needs the release scripts to publish
 // with it, which Node's single servers do not need.
 func (c *ClusterNode) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	h := c.getHub()
+	if h == nil {
 		return nil, errNodeClosed
+	}
+	return h.watch(ctx, releasedKey(resource), notify)
+}
+
+// WatchAcquired implements lockcore.AcquireWatcher as Watch does, on the
+// resource's grant channel, over the same hub.
+func (c *ClusterNode) WatchAcquired(ctx context.Context, resource string, notify func()) (func(), error) {
+	h := c.getHub()
+	if h == nil {
+		return nil, errNodeClosed
+	}
+	return h.watch(ctx, acquiredKey(resource), notify)
+}
+
+// getHub returns the node's hub, made on first use, or nil once the node is
+// closed.
+func (c *ClusterNode) getHub() *hub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
 	}
 	if c.hub == nil {
 		c.hub = newHub(c.cc.Subscribe(context.Background()))
 	}
-	h := c.hub
-	c.mu.Unlock()
-	return h.watch(ctx, resource, notify)
+	return c.hub
 }
 
 // ScanLocks implements lockcore.Lister for a Cluster: SCAN steps on one

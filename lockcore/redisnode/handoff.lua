@@ -14,10 +14,13 @@
 --   is out of service, nothing changed);
 --   wanted 1 when the released lock had been refused to another replica;
 --   handed 1: granted to the next lease with token (counter incremented),
---   not published; 0: not passed on, and a release was published as
---   release.lua publishes it.
+--   announced as a grant (see below); 0: not passed on, and a release was
+--   published as release.lua publishes it.
 -- The lock is passed on only when it was granted for this replica (by, not
 -- empty) and nobody through another replica was refused it (no x).
+-- A grant to the next lease publishes on lockgate:{resource}:acquired as
+-- acquire.lua does (payload the new token), not on the released channel:
+-- the lock was never free, so no waiter is woken.
 if slotout(KEYS[2]) then
   return {-9, 0, 0, 0, 0}
 end
@@ -40,6 +43,7 @@ if ARGV[5] ~= '' and h[3] == ARGV[5] and wanted == 0 and ARGV[2] ~= ARGV[1] then
   local tok = redis.call('HINCRBY', KEYS[2], 'n', 1)
   redis.call('HSET', KEYS[1], 'lease', ARGV[2], 'tok', string.format('%d', tok), 'owner', ARGV[4], 'ttl', ARGV[3], 'by', ARGV[5])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'acquired', string.format('%d', tok))
   return {1, tonumber(h[2]), 0, 1, tok}
 end
 redis.call('PUBLISH', KEYS[3], h[2])

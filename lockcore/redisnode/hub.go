@@ -7,10 +7,13 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lockcore"
 )
 
 // hub multiplexes all of a node's watches over one pub/sub connection: one
-// Redis subscription per resource channel, however many watches it has.
+// Redis subscription per channel (a resource's release or grant channel),
+// however many watches it has.
 //
 // Callers never wait for go-redis's pub/sub lock. go-redis's receive loop
 // holds that lock while it dials a lost connection again, bounded only by
@@ -305,12 +308,32 @@ func (n *Node) Watch(ctx context.Context, resource string, notify func()) (func(
 	if h == nil {
 		return nil, errNodeClosed
 	}
-	return h.watch(ctx, resource, notify)
+	return h.watch(ctx, releasedKey(resource), notify)
 }
 
-// watch is Watch on h's connection.
-func (h *hub) watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	channel := releasedKey(resource)
+// WatchAcquired implements lockcore.AcquireWatcher as Watch does, on the
+// resource's grant channel (acquiredKey), over the same hub and connection.
+func (n *Node) WatchAcquired(ctx context.Context, resource string, notify func()) (func(), error) {
+	h := n.getHub()
+	if h == nil {
+		return nil, errNodeClosed
+	}
+	return h.watch(ctx, acquiredKey(resource), notify)
+}
+
+// acquiredKey is the channel acquire.lua and handoff.lua publish a grant
+// on: the lock key with "acquired" for its last part, built by the scripts
+// from KEYS[1] (same hash tag).
+func acquiredKey(resource string) string { return "lockgate:{" + resource + "}:acquired" }
+
+var (
+	_ lockcore.AcquireWatcher = (*Node)(nil)
+	_ lockcore.AcquireWatcher = (*ClusterNode)(nil)
+)
+
+// watch subscribes notify to channel (a resource's release or grant
+// channel) on h's connection.
+func (h *hub) watch(ctx context.Context, channel string, notify func()) (func(), error) {
 	w := &watch{notify: notify}
 
 	h.mu.Lock()

@@ -86,15 +86,25 @@ func endKind(st state, ob observation, now time.Time) Kind {
 	}
 }
 
-// nextRead returns when a tracker in st reads again without being woken:
-// after poll, or just after the holder's TTL as read runs out if that
-// comes first, and never sooner than minGap from now.
-func nextRead(st state, now time.Time, poll time.Duration) time.Duration {
-	d := poll
-	if st.held {
-		d = min(d, st.expires.Sub(now)+expirySlack)
+// nextRead returns when a tracker in st reads again without being woken,
+// and false when it need not until woken: just after the holder's TTL as
+// read runs out (an expiry is never announced), and after poll if that
+// comes first, never sooner than minGap from now. poll 0 means the nodes
+// announce every acquisition and release (the tracker is subscribed to
+// both), so only the TTL is waited for.
+func nextRead(st state, now time.Time, poll time.Duration) (time.Duration, bool) {
+	var d time.Duration
+	switch {
+	case st.held && poll > 0:
+		d = min(poll, st.expires.Sub(now)+expirySlack)
+	case st.held:
+		d = st.expires.Sub(now) + expirySlack
+	case poll > 0:
+		d = poll
+	default:
+		return 0, false
 	}
-	return max(d, minGap)
+	return max(d, minGap), true
 }
 
 const (

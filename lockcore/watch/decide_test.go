@@ -57,19 +57,30 @@ func TestDecide(t *testing.T) {
 
 func TestNextRead(t *testing.T) {
 	now := time.Unix(1000, 0)
+	free := state{known: true}
+	soon := state{known: true, held: true, expires: now.Add(100 * time.Millisecond)}
+	far := state{known: true, held: true, expires: now.Add(time.Hour)}
+	past := state{known: true, held: true, expires: now.Add(-time.Hour)}
 	for _, tc := range []struct {
-		name string
-		st   state
-		want time.Duration
+		name  string
+		st    state
+		poll  time.Duration
+		want  time.Duration
+		timed bool
 	}{
-		{"a free lock waits for the poll", state{known: true}, time.Second},
-		{"a held lock is read when its TTL runs out", state{known: true, held: true, expires: now.Add(100 * time.Millisecond)}, 100*time.Millisecond + expirySlack},
-		{"a held lock far from expiry waits for the poll", state{known: true, held: true, expires: now.Add(time.Hour)}, time.Second},
-		{"a lock past its TTL is read again, not at once", state{known: true, held: true, expires: now.Add(-time.Hour)}, minGap},
+		{"polling: a free lock waits for the poll", free, time.Second, time.Second, true},
+		{"polling: a held lock is read when its TTL runs out", soon, time.Second, 100*time.Millisecond + expirySlack, true},
+		{"polling: a held lock far from expiry waits for the poll", far, time.Second, time.Second, true},
+		{"polling: a lock past its TTL is read again, not at once", past, time.Second, minGap, true},
+		{"announced: a free lock is read only when woken", free, 0, 0, false},
+		{"announced: a held lock is read when its TTL runs out", soon, 0, 100*time.Millisecond + expirySlack, true},
+		{"announced: a held lock far from expiry waits for its TTL", far, 0, time.Hour + expirySlack, true},
+		{"announced: a lock past its TTL is read again, not at once", past, 0, minGap, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nextRead(tc.st, now, time.Second); got != tc.want {
-				t.Errorf("nextRead = %v, want %v", got, tc.want)
+			got, timed := nextRead(tc.st, now, tc.poll)
+			if got != tc.want || timed != tc.timed {
+				t.Errorf("nextRead = %v, %v; want %v, %v", got, timed, tc.want, tc.timed)
 			}
 		})
 	}

@@ -8,17 +8,30 @@
 // # How a replica learns of changes
 //
 // A Hub keeps one tracker per watched resource, however many watch it. A
-// tracker subscribes to the nodes' release announcements (the ones the
-// waiting room uses, lockcore.Watcher) and reads the lock (Inspect, a
-// quorum read) when:
+// tracker subscribes to the nodes' announcements of releases
+// (lockcore.Watcher, the ones the waiting room uses) and of grants
+// (lockcore.AcquireWatcher: an acquisition of a free lock and a hand-off),
+// from every replica, and reads the lock (Inspect, a quorum read) when:
 //
-//   - a node announces a release (from any replica), and again shortly
-//     after when the lock was found free (a waiter usually takes it);
+//   - a node announces a release or a grant, or its subscription's
+//     connection was lost and made again (a change may have been missed);
 //   - this replica changed the lock (Hub.Changed, called by the handlers);
-//   - the holder's TTL as last read runs out (expiries are never announced);
-//   - Options.Poll has passed since the last read: an acquisition of a free
-//     lock on another replica, and a hand-off there, are not announced, and
-//     are seen at the next of these reads.
+//   - the holder's TTL as last read runs out (expiries are never announced,
+//     nor are extensions: a lock its holder keeps extending is read once
+//     per TTL).
+//
+// With both subscriptions in place nothing else is read: an idle watched
+// lock costs no read and no timer but its TTL's. A subscription is in
+// place only when enough nodes announce (len(nodes) - quorum + 1, so that
+// every change made on a quorum is announced by one of them); while one is
+// missing (too few nodes announce, or could be subscribed to), the tracker
+// reads every Options.Poll as well, tries to subscribe again at each read,
+// and reads again shortly after finding the lock free after a release (a
+// waiter usually takes it).
+//
+// What is not announced: a fencing token raised on a held lock (repair and
+// a lagging node's catch-up) and locks taken in by a recovering node; a
+// read for another reason shows them.
 //
 // Each read goes through decide, a pure function from the last state and
 // the read to the events (its table is in its doc comment). So a watcher
@@ -34,7 +47,9 @@
 // lock it finds held as a Subscription of its own into one shared buffer,
 // and lets one go when a listing no longer has it and its tracker last
 // read it free (checked in one step with leaving, so no event falls in
-// between).
+// between). A lock under the prefix that it does not follow yet is found
+// by a listing, not by an announcement (the nodes announce per resource):
+// an idle prefix subscription costs one listing per Options.Poll.
 //
 // # Bounds
 //

@@ -79,13 +79,47 @@ func TestALongPollOnOneReplicaAnswersAReleaseOnAnotherOverRedis(t *testing.T) {
 	}
 }
 
-// A stream on replica B sees, in token order, what replica A does: an
-// acquisition (at B's next poll; none is announced), a release (from its
-// announcement) and an expiry (when the TTL B read runs out).
+// A long poll on replica B for the next holder of a free lock answers an
+// acquisition on replica A from the nodes' grant announcement alone: B's
+// hub never polls.
+func TestALongPollOnOneReplicaAnswersAnAcquisitionOnAnotherOverRedis(t *testing.T) {
+	ctx := context.Background()
+	a, b := redisReplicas(t)
+	h := hub(t, b, &watch.Options{Poll: forever})
+	for range 3 {
+		done := make(chan watch.Event, 1)
+		go func() {
+			ev, _ := h.Wait(ctx, "job", 0)
+			done <- ev
+		}()
+		waitFor(t, func() bool { return h.Watchers() == 1 })
+		l, err := a.Acquire(ctx, lockcore.AcquireRequest{Resource: "job", TTL: time.Hour, Owner: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-done:
+			if !ev.Held || ev.Token != l.Token {
+				t.Fatalf("Wait(after 0) = %+v; want the holder %d", ev, l.Token)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the long poll on B did not answer the acquisition on A")
+		}
+		waitFor(t, func() bool { return h.Watchers() == 0 })
+		if err := a.Release(ctx, lockcore.ReleaseRequest{Resource: "job", LeaseID: l.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A stream on replica B, whose hub never polls, sees in token order what
+// replica A does: an acquisition and a release (from the nodes'
+// announcements), an expiry (when the TTL B read runs out), and a hand-off
+// between two clients of A (announced as a grant).
 func TestAStreamOnOneReplicaSeesAnotherReplicasLocksOverRedis(t *testing.T) {
 	ctx := context.Background()
 	a, b := redisReplicas(t)
-	s, err := hub(t, b, &watch.Options{Poll: 50 * time.Millisecond}).Subscribe("job")
+	s, err := hub(t, b, &watch.Options{Poll: forever}).Subscribe("job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +143,7 @@ func TestAStreamOnOneReplicaSeesAnotherReplicasLocksOverRedis(t *testing.T) {
 	if l2.Token <= l1.Token {
 		t.Fatalf("tokens %d then %d", l1.Token, l2.Token)
 	}
+	handsOff(t, a, "job", s)
 }
 
 // BenchmarkLongPollAnswersAReleaseOnAnotherReplica measures the time from

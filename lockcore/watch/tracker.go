@@ -50,36 +50,68 @@ func (t *tracker) announced() {
 	t.wakeUp()
 }
 
-// run reads the lock when woken or when nextRead says, until cancelled.
-func (t *tracker) run() {
-	defer t.h.wg.Done()
-	var stop func()
-	defer func() {
-		if stop != nil {
-			stop()
+// subscriptions are a tracker's subscriptions to the nodes'
+// announcements; nil when not in place.
+type subscriptions struct{ releases, acquisitions func() }
+
+// complete reports whether every change of holder is announced: the
+// tracker then reads only when woken or when a TTL runs out.
+func (s *subscriptions) complete() bool { return s.releases != nil && s.acquisitions != nil }
+
+func (s *subscriptions) stop() {
+	for _, f := range []func(){s.releases, s.acquisitions} {
+		if f != nil {
+			f()
 		}
-	}()
-	for t.ctx.Err() == nil {
-		if stop == nil {
-			stop = t.subscribe()
-		}
-		wait := t.readOnce()
-		timer := time.NewTimer(wait)
-		select {
-		case <-t.ctx.Done():
-		case <-t.wake:
-		case <-timer.C:
-		}
-		timer.Stop()
 	}
 }
 
-// subscribe asks the nodes for release announcements; nil when none could
-// be had (the next round tries again, reads carry on meanwhile).
-func (t *tracker) subscribe() func() {
+// run reads the lock when woken or when nextRead says, until cancelled.
+func (t *tracker) run() {
+	defer t.h.wg.Done()
+	var subs subscriptions
+	defer subs.stop()
+	for t.ctx.Err() == nil {
+		t.subscribe(&subs)
+		poll := t.h.opt.Poll
+		if subs.complete() {
+			poll = 0
+		}
+		var timeout <-chan time.Time
+		var timer *time.Timer
+		if wait, timed := t.readOnce(poll); timed {
+			timer = time.NewTimer(wait)
+			timeout = timer.C
+		}
+		select {
+		case <-t.ctx.Done():
+		case <-t.wake:
+		case <-timeout:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// subscribe asks the nodes for the announcements s lacks, releases and
+// acquisitions (lockcore.ErrNotAnnounced when too few nodes make them).
+// One that could not be had stays nil: the next round tries again, and
+// the tracker reads every Options.Poll meanwhile.
+func (t *tracker) subscribe(s *subscriptions) {
+	if s.releases == nil {
+		s.releases = t.watch(t.h.src.WatchReleases, t.announced)
+	}
+	if s.acquisitions == nil {
+		s.acquisitions = t.watch(t.h.src.WatchAcquisitions, t.wakeUp)
+	}
+}
+
+// watch subscribes notify with w; nil when it failed.
+func (t *tracker) watch(w func(ctx context.Context, resource string, notify func()) (func(), error), notify func()) func() {
 	ctx, cancel := context.WithTimeout(t.ctx, t.h.opt.ReadTimeout)
 	defer cancel()
-	stop, err := t.h.src.WatchReleases(ctx, t.resource, t.announced)
+	stop, err := w(ctx, t.resource, notify)
 	if err != nil {
 		return nil
 	}
@@ -87,12 +119,14 @@ func (t *tracker) subscribe() func() {
 }
 
 // followUp is how soon a lock found free right after a release is read
-// again: a waiter elsewhere usually takes it within a round trip or two.
+// again when acquisitions are not announced: a waiter elsewhere usually
+// takes it within a round trip or two.
 const followUp = 50 * time.Millisecond
 
 // readOnce reads the lock, tells the subscriptions, and returns how long
-// to wait before the next read.
-func (t *tracker) readOnce() time.Duration {
+// to wait before the next read, if one is due without being woken (see
+// nextRead; poll 0: every change is announced).
+func (t *tracker) readOnce(poll time.Duration) (time.Duration, bool) {
 	t.mu.Lock()
 	released, forced := t.released, t.forced || t.forcing > 0
 	t.released, t.forced = false, false
@@ -104,7 +138,7 @@ func (t *tracker) readOnce() time.Duration {
 		t.lastErr = err
 		t.released, t.forced = t.released || released, t.forced || forced
 		t.mu.Unlock()
-		return min(t.h.opt.Poll, 100*time.Millisecond)
+		return min(t.h.opt.Poll, 100*time.Millisecond), true
 	}
 	now := time.Now()
 	t.mu.Lock()
@@ -113,11 +147,11 @@ func (t *tracker) readOnce() time.Duration {
 	evs, st := decide(t.st, ob, now)
 	t.st = st
 	t.deliver(evs)
-	wait := nextRead(st, now, t.h.opt.Poll)
-	if !ob.held && (released || forced) {
+	wait, timed := nextRead(st, now, poll)
+	if poll > 0 && !ob.held && (released || forced) {
 		wait = min(wait, followUp)
 	}
-	return wait
+	return wait, timed
 }
 
 // read reads the lock: an observation, or the error of a read that could

@@ -45,10 +45,14 @@ type Event struct {
 	Expires time.Time     // Acquired and held State: unless extended
 }
 
-// Source is what a Hub needs of the lock service (*lockcore.Redlock).
+// Source is what a Hub needs of the lock service (*lockcore.Redlock): a
+// quorum read, and the nodes' announcements of releases and acquisitions.
+// A watch fails (lockcore.ErrNotAnnounced) when it cannot hear every
+// change made on a quorum; the Hub then reads every Options.Poll.
 type Source interface {
 	Inspect(ctx context.Context, resource string) (*lockcore.LockInfo, error)
 	WatchReleases(ctx context.Context, resource string, notify func()) (stop func(), err error)
+	WatchAcquisitions(ctx context.Context, resource string, notify func()) (stop func(), err error)
 }
 
 // Options tune a Hub. A nil *Options means the defaults.
@@ -60,12 +64,14 @@ type Options struct {
 	// Buffer is how many events a subscription may have unread; one more
 	// drops it (ErrSlowReader). Default 16.
 	Buffer int
-	// Poll is how long a watched lock goes without being read again when
-	// no release is announced and no TTL runs out: it bounds how late an
-	// acquisition on another replica is seen. Default 1s.
+	// Poll is how often a prefix is listed (PrefixSubscription), and how
+	// often a watched lock is read while its tracker lacks a subscription
+	// to the nodes' release or acquisition announcements (too few nodes
+	// announce, or could be subscribed to; it tries again at each read).
+	// A lock whose changes are all announced is never polled. Default 1s.
 	Poll time.Duration
 	// ReadTimeout bounds each read of a lock and each subscription to the
-	// nodes' release announcements. Default 2s.
+	// nodes' announcements. Default 2s.
 	ReadTimeout time.Duration
 }
 

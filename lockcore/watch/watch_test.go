@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,17 +18,36 @@ import (
 // in-memory nodes.
 func replicas(t *testing.T) (a, b *lockcore.Redlock) {
 	t.Helper()
-	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
-	a, err := lockcore.New(nodes, nil)
+	nodes := memNodes()
+	return redlock(t, nodes), redlock(t, nodes)
+}
+
+func memNodes() []lockcore.Node {
+	return []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+}
+
+// redlock returns a Redlock over nodes, closed when t ends.
+func redlock(t *testing.T, nodes []lockcore.Node) *lockcore.Redlock {
+	t.Helper()
+	rl, err := lockcore.New(nodes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = lockcore.New(nodes, nil)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(rl.Close)
+	return rl
+}
+
+// releasesOnly returns nodes as nodes that announce releases but not
+// grants (no lockcore.AcquireWatcher).
+func releasesOnly(nodes []lockcore.Node) []lockcore.Node {
+	out := make([]lockcore.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = struct {
+			lockcore.Node
+			lockcore.Watcher
+		}{n, n.(lockcore.Watcher)}
 	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+	return out
 }
 
 func hub(t *testing.T, src watch.Source, opts *watch.Options) *watch.Hub {
@@ -104,10 +124,28 @@ func TestAnExpiryIsSeenWhenTheTTLRunsOut(t *testing.T) {
 	want(t, next(t, s), watch.Expired, l.Token)
 }
 
-func TestAnAcquisitionOnAnotherReplicaIsSeenAtTheNextPoll(t *testing.T) {
-	ctx := context.Background()
+// An acquisition on replica A is announced by the nodes: B's hub, which
+// never polls, sees it.
+func TestAnAcquisitionOnAnotherReplicaIsSeenFromItsAnnouncement(t *testing.T) {
 	a, b := replicas(t)
-	s, err := hub(t, b, &watch.Options{Poll: 20 * time.Millisecond}).Subscribe("r")
+	seesAcquisitions(t, a, hub(t, b, &watch.Options{Poll: forever}))
+}
+
+// Over nodes that do not announce grants, B's hub reads every Poll and
+// sees the acquisition then.
+func TestWithoutGrantAnnouncementsAnAcquisitionIsSeenAtTheNextPoll(t *testing.T) {
+	nodes := memNodes()
+	a := redlock(t, nodes)
+	b := redlock(t, releasesOnly(nodes))
+	seesAcquisitions(t, a, hub(t, b, &watch.Options{Poll: 20 * time.Millisecond}))
+}
+
+// seesAcquisitions acquires and releases r three times through a, checking
+// that a subscription on h sees each holder come and go, tokens growing.
+func seesAcquisitions(t *testing.T, a *lockcore.Redlock, h *watch.Hub) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := h.Subscribe("r")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +169,114 @@ func TestAnAcquisitionOnAnotherReplicaIsSeenAtTheNextPoll(t *testing.T) {
 			t.Fatalf("tokens %v do not grow", tokens)
 		}
 	}
+}
+
+// A hand-off on replica A (the lock passed from its holder to a waiter of
+// A, never free) is announced as a grant: B's hub, which never polls, sees
+// the holder change.
+func TestAHandOffOnAnotherReplicaIsSeen(t *testing.T) {
+	a, b := replicas(t)
+	s, err := hub(t, b, &watch.Options{Poll: forever}).Subscribe("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want(t, next(t, s), watch.State, 0)
+	handsOff(t, a, "r", s)
+}
+
+// handsOff acquires r through a, parks a waiter behind it on a, releases
+// the holder (a hand-off to the waiter) and checks that s, a subscription
+// of r, sees both holders.
+func handsOff(t *testing.T, a *lockcore.Redlock, r string, s *watch.Subscription) {
+	t.Helper()
+	ctx := context.Background()
+	l1, err := a.Acquire(ctx, lockcore.AcquireRequest{Resource: r, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, next(t, s), watch.Acquired, l1.Token)
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		l, err := a.Acquire(ctx, lockcore.AcquireRequest{Resource: r, TTL: time.Hour, Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool { return a.Waiting() == 1 })
+	if err := a.Release(ctx, lockcore.ReleaseRequest{Resource: r, LeaseID: l1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	want(t, next(t, s), watch.Released, l1.Token)
+	want(t, next(t, s), watch.Acquired, l2.Token)
+}
+
+// countingSource counts the lock reads a Hub makes.
+type countingSource struct {
+	*lockcore.Redlock
+	reads atomic.Int64
+}
+
+func (c *countingSource) Inspect(ctx context.Context, resource string) (*lockcore.LockInfo, error) {
+	c.reads.Add(1)
+	return c.Redlock.Inspect(ctx, resource)
+}
+
+// 1000 idle watchers, of held and free locks, make no read while nothing
+// changes. The window is one in which a control hub, over the same nodes
+// seen as not announcing grants and with the same Poll, polls 20 times;
+// then a change is still seen.
+func TestIdleWatchersReadNothing(t *testing.T) {
+	const n = 1000
+	ctx := context.Background()
+	nodes := memNodes()
+	announced := &countingSource{Redlock: redlock(t, nodes)}
+	polled := &countingSource{Redlock: redlock(t, releasesOnly(nodes))}
+	const poll = 10 * time.Millisecond
+	h := hub(t, announced, &watch.Options{Poll: poll, MaxWatchers: n})
+	control := hub(t, polled, &watch.Options{Poll: poll})
+	subs := make([]*watch.Subscription, n)
+	for i := range subs {
+		r := "r" + strconv.Itoa(i)
+		if i%2 == 0 {
+			if _, err := announced.Acquire(ctx, lockcore.AcquireRequest{Resource: r, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := h.Subscribe(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs[i] = s
+	}
+	for _, s := range subs {
+		next(t, s) // its State: its tracker has read once
+	}
+	cs, err := control.Subscribe("r0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	next(t, cs)
+
+	before, controlBefore := announced.reads.Load(), polled.reads.Load()
+	waitFor(t, func() bool { return polled.reads.Load() >= controlBefore+20 })
+	if got := announced.reads.Load() - before; got != 0 {
+		t.Fatalf("%d idle watchers made %d reads while the control polled %d times; want 0",
+			n, got, polled.reads.Load()-controlBefore)
+	}
+
+	l, err := announced.Acquire(ctx, lockcore.AcquireRequest{Resource: "r1", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, next(t, subs[1]), watch.Acquired, l.Token)
 }
 
 func TestForceReleaseHereIsNamed(t *testing.T) {
@@ -279,9 +425,9 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // BenchmarkIdleWatchers reports the heap that 1000 idle subscriptions on
-// 1000 resources hold (bytes per watcher) over three in-memory nodes, and
-// the reads their trackers make per second while nothing changes (one per
-// resource per Poll). Run on purpose, as BENCHMARKS.md says; not a test.
+// 1000 resources hold (bytes per watcher) over three in-memory nodes (their
+// trackers read nothing while nothing changes: TestIdleWatchersReadNothing).
+// Run on purpose, as BENCHMARKS.md says; not a test.
 func BenchmarkIdleWatchers(b *testing.B) {
 	const n = 1000
 	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
