@@ -370,7 +370,7 @@ func (c *ClusterNode) Extend(ctx context.Context, resource, lease string, ttl ti
 // published on the Cluster's bus (PUBLISH), which every shard's
 // subscribers hear.
 func (c *ClusterNode) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
-	keys := []string{lockKey(resource), tokensKey(resource), releasedKey(resource)}
+	keys := []string{lockKey(resource), tokensKey(resource)}
 	v, err := c.run(ctx, releaseScript, keys, 2, lease, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
@@ -381,7 +381,7 @@ func (c *ClusterNode) Release(ctx context.Context, resource, lease string, ifTok
 // HandOff implements lockcore.HandOffer with handoff.lua.
 func (c *ClusterNode) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
-	keys := []string{lockKey(r), tokensKey(r), releasedKey(r)}
+	keys := []string{lockKey(r), tokensKey(r)}
 	v, err := c.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
@@ -439,7 +439,7 @@ func (c *ClusterNode) Ping(ctx context.Context) error {
 
 // ForceRelease implements lockcore.ForceReleaser with force.lua.
 func (c *ClusterNode) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	v, err := c.run(ctx, forceScript, []string{lockKey(resource), releasedKey(resource)}, 2)
+	v, err := c.run(ctx, forceScript, []string{lockKey(resource)}, 2)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}

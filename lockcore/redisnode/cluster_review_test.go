@@ -108,23 +108,39 @@ func TestReviewClusterScanMissesALockMovedDuringTheWalk(t *testing.T) {
 }
 
 // TestReviewClusterReleaseRefusedForAWholeMigration is a review finding:
-// release.lua (and handoff.lua, force.lua) declare the release channel
-// lockgate:{r}:released as KEYS[3], but it is never a key. While the
-// lock's slot is MIGRATING, Redis counts declared keys that do not exist:
-// a script with some keys present and one missing gets TRYAGAIN on the
-// source, and on the target (ASKING) too, so a release is refused for the
-// whole migration of the slot, even while every real key of the lock is
-// still on the source and nothing has moved. The doc says TRYAGAIN lasts
-// "a moment", while the slot's keys are split between two shards.
+// release.lua, handoff.lua and force.lua declared the release channel
+// lockgate:{r}:released as a key, but it is never one. While the lock's
+// slot is MIGRATING, Redis counts declared keys that do not exist: a
+// script with some keys present and one missing gets TRYAGAIN on the
+// source, and on the target (ASKING) too, so a release was refused for the
+// whole migration of the slot, even while every real key of the lock was
+// still on the source. The scripts now build the channel from KEYS[1] and
+// declare only the lock and its slot's counter: a release, a hand-off and
+// a force-release run while the slot migrates and nothing of it has moved.
+//
+// A free lock's acquisition declares its lock key, which does not exist,
+// beside the counter, which does: Redis Cluster's multi-key rule refuses it
+// (TRYAGAIN) until the slot's migration ends, and the test pins that (see
+// lockcore's doc, "A node that is a Redis Cluster").
 func TestReviewClusterReleaseRefusedForAWholeMigration(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	n := newClusterNode(t, c)
 	ctx := context.Background()
-	r, lease := "rel-1", lockcore.NewLeaseID()
-	if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: time.Minute}); err != nil {
-		t.Fatal(err)
+	// Three locks of one slot: released, handed off, force-released.
+	names := []string{"rel-0"}
+	slot := lockcore.FenceSlot(names[0])
+	for i := 1; len(names) < 3; i++ {
+		if r := fmt.Sprintf("rel-%d", i); lockcore.FenceSlot(r) == slot {
+			names = append(names, r)
+		}
 	}
-	slot := lockcore.FenceSlot(r)
+	leases := map[string]string{}
+	for _, r := range names {
+		leases[r] = lockcore.NewLeaseID()
+		if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: leases[r], TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	src := c.OwnerOf(slot)
 	var dst *redistest.Server
 	for _, p := range c.Primaries() {
@@ -136,15 +152,35 @@ func TestReviewClusterReleaseRefusedForAWholeMigration(t *testing.T) {
 	reviewMigrate(t, slot, src, dst)
 	defer reviewFinish(c, slot, dst)
 	// Nothing has moved: an extend (its keys all exist) runs on the source.
-	if _, err := n.Extend(ctx, r, lease, time.Minute, 0); err != nil {
+	if _, err := n.Extend(ctx, names[0], leases[names[0]], time.Minute, 0); err != nil {
 		t.Fatalf("extend while the slot is migrating, no key moved: %v", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	before := n.Resent()
-	rep, err := n.Release(rctx, r, lease, 0)
-	if err != nil {
-		t.Fatalf("release while the slot is migrating, no key moved: %v (sent again %d times)", err, n.Resent()-before)
+	rep, err := n.Release(rctx, names[0], leases[names[0]], 0)
+	if err != nil || rep.Status != lockcore.StatusOK {
+		t.Fatalf("release while the slot is migrating, no key moved: %+v, %v (sent again %d times)", rep, err, n.Resent()-before)
 	}
-	t.Logf("released: %+v", rep)
+	next := lockcore.NodeAcquire{Resource: names[1], Lease: lockcore.NewLeaseID(), TTL: time.Minute}
+	if rel, _, err := n.HandOff(rctx, leases[names[1]], 0, next); err != nil || rel.Status != lockcore.StatusOK {
+		t.Fatalf("hand-off while the slot is migrating, no key moved: %+v, %v", rel, err)
+	}
+	if rep, err := n.ForceRelease(rctx, names[2]); err != nil || rep.Status != lockcore.StatusOK {
+		t.Fatalf("force-release while the slot is migrating, no key moved: %+v, %v", rep, err)
+	}
+	// The documented limit: a free lock's acquisition waits for the end of
+	// the migration (TRYAGAIN, sent again until its deadline).
+	actx, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	before = n.Resent()
+	if r, err := n.Acquire(actx, lockcore.NodeAcquire{Resource: names[0], Lease: lockcore.NewLeaseID(), TTL: time.Minute}); err == nil || n.Resent() == before {
+		t.Fatalf("acquire of a free lock while its slot migrates: %+v, %v (sent again %d times); want refused (TRYAGAIN) until the deadline",
+			r, err, n.Resent()-before)
+	}
+	reviewMoveKeys(t, slot, src, dst)
+	reviewFinish(c, slot, dst)
+	if r, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: names[0], Lease: lockcore.NewLeaseID(), TTL: time.Minute}); err != nil || r.Status != lockcore.StatusGranted {
+		t.Fatalf("acquire once the slot stopped migrating: %+v, %v", r, err)
+	}
 }
