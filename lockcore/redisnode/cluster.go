@@ -105,13 +105,22 @@ type ClusterNode struct {
 	name string
 
 	// trusted is as for Node: set by a Check that found every shard's
-	// process named by the record and by Repair, cleared by a Check that
-	// found a loss and by a new connection to a primary that the last
-	// Check did not find.
+	// process named by the record and by Repair (each only if no
+	// connection to a primary it did not find was made while it ran, see
+	// unjudged), cleared by a Check that found a loss and by a new
+	// connection to a primary that the last Check did not find.
 	trusted atomic.Bool
 	// resent counts lock scripts sent again after a Cluster answered that
 	// they did not run (see evalOnce).
 	resent atomic.Int64
+	// unjudged counts the connections made to a primary that ids did not
+	// name (see onConnect). A Check or a Repair trusts the node only if it
+	// did not change since it began: such a connection, made while it ran,
+	// is to a process it may not have judged.
+	unjudged atomic.Int64
+	// afterProbe, when not nil, runs in Check between the probe of the
+	// primaries and the record of the result (tests).
+	afterProbe func()
 
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
@@ -185,6 +194,7 @@ func (c *ClusterNode) onConnect(ctx context.Context, cn *redis.Conn) error {
 	defer c.mu.Unlock()
 	if !c.ids[id] {
 		c.trusted.Store(false)
+		c.unjudged.Add(1)
 	}
 	return nil
 }

@@ -35,6 +35,25 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 	if err != nil {
 		return nil, "", err
 	}
+	out, fp, err := slotPrint(slots)
+	if err != nil {
+		return nil, "", err
+	}
+	c.mu.Lock()
+	c.lastPrimaries = c.lastPrimaries[:0]
+	for _, sh := range out {
+		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
+	}
+	c.mu.Unlock()
+	return out, fp, nil
+}
+
+// slotPrint reads a slot map (CLUSTER SLOTS): its primaries in the order
+// of the lowest slot each serves, and a fingerprint that any difference in
+// which primary (by node id) serves a slot changes. It fails unless every
+// slot has a primary.
+func slotPrint(slots []redis.ClusterSlot) ([]clusterShard, string, error) {
+	slots = slices.Clone(slots)
 	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
 	first := map[string]int{}
 	served := 0
@@ -48,7 +67,7 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 			first[a] = r.Start
 		}
 		served += r.End - r.Start + 1
-		fmt.Fprintf(fp, "%d-%d=%s;", r.Start, r.End, a)
+		fmt.Fprintf(fp, "%d-%d=%s;", r.Start, r.End, r.Nodes[0].ID)
 	}
 	if served != lockcore.FenceSlots {
 		return nil, "", fmt.Errorf("redisnode: the Cluster serves %d of %d slots", served, lockcore.FenceSlots)
@@ -58,12 +77,6 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 		out = append(out, clusterShard{addr: a, first: f})
 	}
 	slices.SortFunc(out, func(a, b clusterShard) int { return a.first - b.first })
-	c.mu.Lock()
-	c.lastPrimaries = c.lastPrimaries[:0]
-	for _, sh := range out {
-		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
-	}
-	c.mu.Unlock()
 	return out, strconv.FormatUint(fp.Sum64(), 36), nil
 }
 
@@ -111,15 +124,21 @@ type shardProbe struct {
 	runID, refusing string
 }
 
-// probeShard reads one primary's INFO and writes its beat key; refusing
-// says why it may not serve ("" when it may).
-func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardProbe, error) {
+// probeShard reads one primary's INFO and slot map and writes its beat
+// key; refusing says why it may not serve ("" when it may). It fails when
+// the primary is not one, when its slot map is not fp (the map the Check
+// judges by: the primaries disagree, a failover or a reshard is under way,
+// or the map came from a stale node), or when the beat write was not run
+// for another reason than the slot's migration (CLUSTERDOWN: the primary
+// sees no majority of the Cluster; MOVED: it no longer serves the slot).
+func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string) (shardProbe, error) {
 	s := c.shard(sh.addr)
 	pipe := s.Pipeline()
 	inf := pipe.Info(ctx, "server", "memory", "replication")
+	slots := pipe.ClusterSlots(ctx)
 	beat := pipe.HIncrBy(ctx, beatKey(sh.first), "beat", 1)
 	_, _ = pipe.Exec(ctx)
-	if err := inf.Err(); err != nil {
+	if err := cmp.Or(inf.Err(), slots.Err()); err != nil {
 		return shardProbe{}, timedOut(ctx, err)
 	}
 	info := inf.Val()
@@ -127,15 +146,21 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardPro
 	if role := infoString(info, "role"); role != "master" {
 		return p, fmt.Errorf("redisnode: %s is a %s, no longer a primary (the Cluster is failing over)", sh.addr, role)
 	}
-	switch err := beat.Err(); {
+	if _, its, err := slotPrint(slots.Val()); err != nil || its != fp {
+		return p, fmt.Errorf("redisnode: %s has another slot map than the Cluster node that gave it (a failover or a reshard is under way)", sh.addr)
+	}
+	err := beat.Err()
+	switch {
 	case refusalReason(err) != "":
 		p.refusing = sh.addr + ": " + refusalReason(err)
 	case full(info, memoryReserve):
 		p.refusing = sh.addr + ": out of memory"
 	case infoString(info, "maxmemory_policy") != "noeviction":
 		p.refusing = fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", sh.addr, infoString(info, "maxmemory_policy"))
-	case err != nil && !notRun(err):
-		return p, timedOut(ctx, err)
+	case err != nil && !redis.HasErrorPrefix(err, "ASK "):
+		// ASK: the beat key has left its slot, which this primary still
+		// serves while it migrates. Anything else did not write.
+		return p, fmt.Errorf("redisnode: %s did not take the check's write: %w", sh.addr, timedOut(ctx, err))
 	}
 	return p, nil
 }
@@ -152,10 +177,14 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardPro
 func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	c.checkMu.Lock()
 	defer c.checkMu.Unlock()
+	since := c.unjudged.Load()
 	c.cc.ReloadState(ctx) // routes follow the slots soon after a failover
 	ids, refusing, err := c.probeShards(ctx)
 	if err != nil {
 		return lockcore.NodeHealth{}, err
+	}
+	if c.afterProbe != nil {
+		c.afterProbe()
 	}
 	res, err := c.cc.Eval(ctx, checkLua, []string{metaKey}).Result()
 	if refusing == "" && refusalReason(err) != "" {
@@ -164,7 +193,7 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	if refusing == "" && err == nil {
 		var v checkReply
 		if v, err = parseCheck(res); err == nil {
-			return c.judged(ids, v), nil
+			return c.judged(ids, v, since), nil
 		}
 	}
 	if refusing == "" {
@@ -175,20 +204,20 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 			return lockcore.NodeHealth{}, timedOut(ctx, err)
 		}
 	}
-	c.record(ids, false, refusing)
+	c.record(ids, false, refusing, since)
 	return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 }
 
 // probeShards probes every primary (see probeShard) and returns their
 // run ids and the first reason one gave to refuse ("" when none did).
 func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, refusing string, err error) {
-	shards, err := c.clusterShards(ctx)
+	shards, fp, err := c.slotOwners(ctx)
 	if err != nil {
 		return nil, "", err
 	}
 	ids = map[string]bool{}
 	for _, sh := range shards {
-		p, err := c.probeShard(ctx, sh)
+		p, err := c.probeShard(ctx, sh, fp)
 		if err != nil {
 			return nil, "", err
 		}
@@ -199,11 +228,12 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 }
 
 // judged is what a Check that found the primaries ids and the record v
-// reports (see judge), and what the node remembers of it.
-func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHealth {
+// reports (see judge), and what the node remembers of it; since is
+// unjudged when the Check began.
+func (c *ClusterNode) judged(ids map[string]bool, v checkReply, since int64) lockcore.NodeHealth {
 	if v.format > dataFormat {
 		refusing := fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
-		c.record(ids, false, refusing)
+		c.record(ids, false, refusing, since)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}
 	}
 	h := judge(v, idSet(ids))
@@ -211,17 +241,22 @@ func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHea
 	h.Lost = h.Lost || (!h.Initialized && c.seenInit)
 	c.seenInit = c.seenInit || h.Initialized
 	c.mu.Unlock()
-	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "")
+	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "", since)
 	return h
 }
 
 // record remembers the primaries the last Check found and whether the
-// node may serve.
-func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string) {
+// node may serve: trusted only if no connection to a primary that the
+// node's ids did not name was made since the Check began (unjudged is
+// still since). Such a connection may be to a process the Check's probe
+// did not see (promoted after it): until the next Check judges it, the
+// node does not serve. onConnect counts under mu, so either record sees
+// its count, or it sees the ids record stores.
+func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string, since int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ids, c.refusing = ids, refusing
-	c.trusted.Store(trusted)
+	c.trusted.Store(trusted && c.unjudged.Load() == since)
 }
 
 // runIDs reads the run id of every primary that serves slots now.
@@ -439,11 +474,14 @@ func (c *ClusterNode) repairEpoch(ctx context.Context, epoch string) error {
 // slot carries epoch, set by the quarantine or bootstrap mark the repair
 // was decided on), then serve.lua on the meta hash (only while its epoch
 // is epoch), naming the set of primaries read before the first write. The
-// node is trusted at once only if the same primaries answer afterwards.
+// node is trusted at once only if the same primaries answer afterwards and
+// no connection to a primary the node's ids did not name was made
+// meanwhile (see record).
 func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
+	since := c.unjudged.Load()
 	ids, err := c.runIDs(ctx)
 	if err != nil {
 		return err
@@ -473,7 +511,7 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seenInit = true
-	if err == nil && idSet(after) == idSet(ids) {
+	if err == nil && idSet(after) == idSet(ids) && c.unjudged.Load() == since {
 		c.ids, c.refusing = ids, ""
 		c.trusted.Store(true)
 	}
