@@ -7,3 +7,7 @@ func (c *ClusterNode) Resent() int64 { return c.resent.Load() }
 // SetAfterProbe makes Check run f between its probe of the primaries and
 // its record of the result.
 func (c *ClusterNode) SetAfterProbe(f func()) { c.afterProbe = f }
+
+// ErrMigrating is what a listing step fails with when a slot of the
+// Cluster was migrating around it.
+var ErrMigrating = errMigrating

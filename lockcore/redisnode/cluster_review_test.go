@@ -2,6 +2,7 @@ package redisnode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
 // reviewMigrate puts slot in MIGRATING on src and IMPORTING on dst (the
@@ -53,14 +55,20 @@ func reviewFinish(c *redistest.Cluster, slot int, dst *redistest.Server) {
 }
 
 // TestReviewClusterScanMissesALockMovedDuringTheWalk is a review finding:
-// ScanLocks's cursor restarts the walk only when the slot map (CLUSTER
-// SLOTS) changes, and the map changes at SETSLOT NODE, at the end of a
+// ScanLocks's cursor restarted the walk only when the slot map (CLUSTER
+// SLOTS) changed, and the map changes at SETSLOT NODE, at the end of a
 // slot's migration. While the slot is MIGRATING its keys move one MIGRATE
 // at a time from the source to the target: a lock whose key moves from a
-// shard not yet walked to one already walked is returned by no step, so a
-// lock held for the whole walk is not listed (lockcore.Lister's contract).
-// lockcore.List then misses it too: it lists a lock only at the first
-// scanned node that holds it, and this node holds it.
+// shard not yet walked to one already walked was returned by no step, so
+// a lock held for the whole walk was not listed (lockcore.Lister's
+// contract), and lockcore.List missed it too.
+//
+// A walk cannot list such a lock from this node alone: its key is on a
+// shard already walked. So a step that ends while a slot migrates fails
+// (ErrMigrating), and lockcore.List lists through the other Redlock nodes
+// (TestClusterListingDuringAReshard). The test pins that: the walk fails
+// once the migration has begun, never ends without the lock, and a walk
+// after the migration lists it.
 func TestReviewClusterScanMissesALockMovedDuringTheWalk(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 0)
 	n := newClusterNode(t, c)
@@ -76,34 +84,50 @@ func TestReviewClusterScanMissesALockMovedDuringTheWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := lockcore.FenceSlot(moving)
-	reviewMigrate(t, slot, last, first)
-	defer reviewFinish(c, slot, first)
-	var got []string
-	cursor, moved := "", false
-	for step := 0; ; step++ {
-		names, next, err := n.ScanLocks(ctx, "mv-", cursor, 1000)
-		if err != nil {
-			t.Fatalf("ScanLocks step %d: %v", step, err)
+	walk := func(between func(next string)) ([]string, error) {
+		var got []string
+		cursor := ""
+		for step := 0; step < 1000; step++ {
+			names, next, err := n.ScanLocks(ctx, "mv-", cursor, 1000)
+			if err != nil {
+				return got, err
+			}
+			got = append(got, names...)
+			if next == "" {
+				return got, nil
+			}
+			between(next)
+			cursor = next
 		}
-		got = append(got, names...)
-		if next == "" {
-			break
-		}
+		t.Fatal("the walk does not end")
+		return nil, nil
+	}
+	moved := false
+	got, err := walk(func(next string) {
 		if !moved && !strings.Contains(next, "@0:") {
-			// The first shard is walked: the lock's keys move to it now.
+			// The first shard is walked: the lock's keys move to it now,
+			// and the slot stays MIGRATING.
+			reviewMigrate(t, slot, last, first)
 			reviewMoveKeys(t, slot, last, first)
 			moved = true
 		}
-		cursor = next
-	}
+	})
 	if !moved {
 		t.Fatal("the walk never left the first shard")
 	}
 	if l, err := n.Inspect(ctx, moving); err != nil || !l.Found {
 		t.Fatalf("the lock is not held after the move: %+v, %v", l, err)
 	}
-	if !slices.Contains(got, moving) {
-		t.Fatalf("a walk during which %s was held throughout listed %v: the lock is missing", moving, got)
+	if err == nil {
+		t.Fatalf("a walk during which %s moved to a shard already walked ended, listing %v; want ErrMigrating", moving, got)
+	}
+	if !errors.Is(err, redisnode.ErrMigrating) {
+		t.Fatalf("the walk during the migration: %v; want ErrMigrating", err)
+	}
+	t.Logf("the walk during the migration: %v", err)
+	reviewFinish(c, slot, first)
+	if got, err := walk(func(string) {}); err != nil || !slices.Contains(got, moving) {
+		t.Fatalf("a walk after the migration listed %v, %v; want %s", got, err, moving)
 	}
 }
 
