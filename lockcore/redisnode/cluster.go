@@ -105,19 +105,13 @@ type ClusterNode struct {
 	name string
 
 	// trusted is as for Node: set by a Check that found every shard's
-	// process named by the record and by Repair (each only if no
-	// connection to a primary it did not find was made while it ran, see
-	// unjudged), cleared by a Check that found a loss and by a new
-	// connection to a primary that the last Check did not find.
+	// process named by the record and by Repair (each only if it found
+	// every primary in unjudged), cleared by a Check that found a loss and
+	// by a new connection to a primary that the last Check did not find.
 	trusted atomic.Bool
 	// resent counts lock scripts sent again after a Cluster answered that
 	// they did not run (see evalOnce).
 	resent atomic.Int64
-	// unjudged counts the connections made to a primary that ids did not
-	// name (see onConnect). A Check or a Repair trusts the node only if it
-	// did not change since it began: such a connection, made while it ran,
-	// is to a process it may not have judged.
-	unjudged atomic.Int64
 	// afterProbe, when not nil, runs in Check between the probe of the
 	// primaries and the record of the result (tests).
 	afterProbe func()
@@ -125,6 +119,12 @@ type ClusterNode struct {
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
 	ids     map[string]bool // the primaries' run ids the last Check found
+	// unjudged holds the run ids of the primaries connected to since the
+	// last Check or Repair that ids did not name (see onConnect). That
+	// Check or Repair trusts the node only if it found each of them: a
+	// connection made while it ran may be to a process its probe did not
+	// see (promoted after it).
+	unjudged map[string]bool
 	// refusing is why the last Check found the node refusing, or "".
 	refusing string
 	seenInit bool
@@ -153,7 +153,7 @@ func NewCluster(rawURL string) (*ClusterNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis Cluster URL: %w", err)
 	}
-	c := &ClusterNode{opt: opt, name: "cluster:" + opt.Addrs[0], shards: map[string]*redis.Client{}}
+	c := &ClusterNode{opt: opt, name: "cluster:" + opt.Addrs[0], shards: map[string]*redis.Client{}, unjudged: map[string]bool{}}
 	co := *opt
 	co.ContextTimeoutEnabled = true
 	// go-redis retries a command after a network error or a timeout (up
@@ -194,7 +194,7 @@ func (c *ClusterNode) onConnect(ctx context.Context, cn *redis.Conn) error {
 	defer c.mu.Unlock()
 	if !c.ids[id] {
 		c.trusted.Store(false)
-		c.unjudged.Add(1)
+		c.unjudged[id] = true
 	}
 	return nil
 }

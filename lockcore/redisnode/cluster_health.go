@@ -177,7 +177,6 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	c.checkMu.Lock()
 	defer c.checkMu.Unlock()
-	since := c.unjudged.Load()
 	c.cc.ReloadState(ctx) // routes follow the slots soon after a failover
 	ids, refusing, err := c.probeShards(ctx)
 	if err != nil {
@@ -193,7 +192,7 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	if refusing == "" && err == nil {
 		var v checkReply
 		if v, err = parseCheck(res); err == nil {
-			return c.judged(ids, v, since), nil
+			return c.judged(ids, v), nil
 		}
 	}
 	if refusing == "" {
@@ -204,7 +203,7 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 			return lockcore.NodeHealth{}, timedOut(ctx, err)
 		}
 	}
-	c.record(ids, false, refusing, since)
+	c.record(ids, false, refusing)
 	return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 }
 
@@ -228,12 +227,11 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 }
 
 // judged is what a Check that found the primaries ids and the record v
-// reports (see judge), and what the node remembers of it; since is
-// unjudged when the Check began.
-func (c *ClusterNode) judged(ids map[string]bool, v checkReply, since int64) lockcore.NodeHealth {
+// reports (see judge), and what the node remembers of it.
+func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHealth {
 	if v.format > dataFormat {
 		refusing := fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", v.format, dataFormat)
-		c.record(ids, false, refusing, since)
+		c.record(ids, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}
 	}
 	h := judge(v, idSet(ids))
@@ -241,22 +239,37 @@ func (c *ClusterNode) judged(ids map[string]bool, v checkReply, since int64) loc
 	h.Lost = h.Lost || (!h.Initialized && c.seenInit)
 	c.seenInit = c.seenInit || h.Initialized
 	c.mu.Unlock()
-	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "", since)
+	c.record(ids, h.Initialized && !h.Lost && !h.Quarantined, "")
 	return h
 }
 
 // record remembers the primaries the last Check found and whether the
-// node may serve: trusted only if no connection to a primary that the
-// node's ids did not name was made since the Check began (unjudged is
-// still since). Such a connection may be to a process the Check's probe
-// did not see (promoted after it): until the next Check judges it, the
-// node does not serve. onConnect counts under mu, so either record sees
-// its count, or it sees the ids record stores.
-func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string, since int64) {
+// node may serve: trusted only if the Check found every primary in
+// unjudged (see foundAll).
+func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ids, c.refusing = ids, refusing
-	c.trusted.Store(trusted && c.unjudged.Load() == since)
+	c.trusted.Store(c.foundAll(ids) && trusted)
+}
+
+// foundAll reports whether ids names every primary connected to since the
+// last Check or Repair that the node's ids then did not name (unjudged),
+// and empties unjudged: a connection made while a Check ran may be to a
+// process its probe did not see (promoted after it), and until a Check
+// finds that process the node does not serve. Called with mu held, as
+// onConnect adds to unjudged with mu held: either a Check's record sees
+// the connection, or onConnect sees the ids the record stored. A process
+// left out is not remembered past this call: a pooled connection to a
+// primary that no later Check's slot map names is not caught (see
+// lockcore's "What is not guaranteed").
+func (c *ClusterNode) foundAll(ids map[string]bool) bool {
+	all := true
+	for id := range c.unjudged {
+		all = all && ids[id]
+	}
+	clear(c.unjudged)
+	return all
 }
 
 // runIDs reads the run id of every primary that serves slots now.
@@ -475,13 +488,11 @@ func (c *ClusterNode) repairEpoch(ctx context.Context, epoch string) error {
 // was decided on), then serve.lua on the meta hash (only while its epoch
 // is epoch), naming the set of primaries read before the first write. The
 // node is trusted at once only if the same primaries answer afterwards and
-// no connection to a primary the node's ids did not name was made
-// meanwhile (see record).
+// every primary connected to meanwhile is one of them (see foundAll).
 func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
-	since := c.unjudged.Load()
 	ids, err := c.runIDs(ctx)
 	if err != nil {
 		return err
@@ -511,7 +522,7 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seenInit = true
-	if err == nil && idSet(after) == idSet(ids) && c.unjudged.Load() == since {
+	if err == nil && idSet(after) == idSet(ids) && c.foundAll(ids) {
 		c.ids, c.refusing = ids, ""
 		c.trusted.Store(true)
 	}
