@@ -149,20 +149,29 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 	if _, its, err := slotPrint(slots.Val()); err != nil || its != fp {
 		return p, fmt.Errorf("redisnode: %s has another slot map than the Cluster node that gave it (a failover or a reshard is under way)", sh.addr)
 	}
-	err := beat.Err()
-	switch {
-	case refusalReason(err) != "":
-		p.refusing = sh.addr + ": " + refusalReason(err)
-	case full(info, memoryReserve):
-		p.refusing = sh.addr + ": out of memory"
-	case infoString(info, "maxmemory_policy") != "noeviction":
-		p.refusing = fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", sh.addr, infoString(info, "maxmemory_policy"))
-	case err != nil && !redis.HasErrorPrefix(err, "ASK "):
-		// ASK: the beat key has left its slot, which this primary still
-		// serves while it migrates. Anything else did not write.
-		return p, fmt.Errorf("redisnode: %s did not take the check's write: %w", sh.addr, timedOut(ctx, err))
+	var failed bool
+	if p.refusing, failed = shardVerdict(sh.addr, info, beat.Err()); failed {
+		return p, fmt.Errorf("redisnode: %s did not take the check's write: %w", sh.addr, timedOut(ctx, beat.Err()))
 	}
 	return p, nil
+}
+
+// shardVerdict judges a primary at addr from its INFO and the error of the
+// check's write on it: refusing says why it may not serve ("" when it
+// may); failed, that the write was not run for another reason (a lost
+// reply, CLUSTERDOWN, MOVED, TRYAGAIN, LOADING: the check fails). ASK is
+// not a failure: the beat key has left its slot, which the primary still
+// serves while the slot migrates.
+func shardVerdict(addr, info string, err error) (refusing string, failed bool) {
+	switch {
+	case refusalReason(err) != "":
+		return addr + ": " + refusalReason(err), false
+	case full(info, memoryReserve):
+		return addr + ": out of memory", false
+	case infoString(info, "maxmemory_policy") != "noeviction":
+		return fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", addr, infoString(info, "maxmemory_policy")), false
+	}
+	return "", err != nil && !redis.HasErrorPrefix(err, "ASK ")
 }
 
 // Check implements lockcore.Node for a Cluster: it reads which primaries

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +89,54 @@ func TestClusterCheckDoesNotTrustAPrimaryDialedDuringIt(t *testing.T) {
 	}
 	h = checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Lost })
 	t.Logf("the next Check: %s", h.Reason)
+}
+
+// A Check judges the slot map it read from one node, and every primary
+// must agree with it: a primary whose own map differs (here, one told by
+// hand that another primary serves a slot, as a stale or cut-off node
+// would be) fails the Check, which then changes nothing.
+func TestClusterCheckFailsWhenPrimariesDisagreeOnTheSlotMap(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	ps := c.Primaries()
+	// A has the highest config epoch: C's claim of its slot, gossiped to
+	// B, does not override B's view that A serves it.
+	epoch := func(s *redistest.Server) int {
+		out, err := s.Do("CLUSTER", "NODES")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(out) {
+			if f := strings.Fields(line); len(f) > 6 && strings.Contains(f[2], "myself") {
+				e, _ := strconv.Atoi(f[6])
+				return e
+			}
+		}
+		t.Fatalf("no myself line in %s's CLUSTER NODES", s.Addr())
+		return 0
+	}
+	slices.SortFunc(ps, func(x, y *redistest.Server) int { return epoch(y) - epoch(x) })
+	a, b, cc := ps[0], ps[1], ps[2]
+	slot := 0
+	for c.OwnerOf(slot) != cc {
+		slot += 97
+	}
+	restore := func() {
+		if _, err := b.Do("CLUSTER", "SETSLOT", strconv.Itoa(slot), "NODE", cc.NodeID()); err != nil {
+			t.Fatal(err)
+		}
+		c.WaitStable()
+	}
+	if _, err := b.Do("CLUSTER", "SETSLOT", strconv.Itoa(slot), "NODE", a.NodeID()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := n.Check(ctx)
+	if err == nil || !strings.Contains(err.Error(), "another slot map") {
+		restore()
+		t.Fatalf("Check while %s names another primary for slot %d: %+v, %v; want it to fail", b.Addr(), slot, h, err)
+	}
+	t.Logf("the Check: %v", err)
+	restore()
+	checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Initialized && !h.Lost && !h.Quarantined })
 }
