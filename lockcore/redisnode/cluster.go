@@ -115,6 +115,9 @@ type ClusterNode struct {
 	// afterProbe, when not nil, runs in Check between the probe of the
 	// primaries and the record of the result (tests).
 	afterProbe func()
+	// beforeScan, when not nil, runs in ScanLocks before its SCAN, with
+	// the index of the primary it scans (tests).
+	beforeScan func(shard int)
 
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex

@@ -11,3 +11,7 @@ func (c *ClusterNode) SetAfterProbe(f func()) { c.afterProbe = f }
 // ErrMigrating is what a listing step fails with when a slot of the
 // Cluster was migrating around it.
 var ErrMigrating = errMigrating
+
+// SetBeforeScan makes ScanLocks run f before its SCAN, with the index of
+// the primary it scans.
+func (c *ClusterNode) SetBeforeScan(f func(shard int)) { c.beforeScan = f }

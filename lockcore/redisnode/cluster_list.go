@@ -71,6 +71,9 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if err != nil {
 		return nil, "", err
 	}
+	if c.beforeScan != nil {
+		c.beforeScan(i)
+	}
 	keys, next, err := c.shard(shards[i].addr).Scan(ctx, cur, lockPattern(prefix), int64(max(count, 1))).Result()
 	if err != nil {
 		return nil, "", timedOut(ctx, err)

@@ -157,3 +157,56 @@ func TestClusterListingDuringAReshard(t *testing.T) {
 		t.Fatalf("during the reshard: listed %v, want [%s] once", got, moving)
 	}
 }
+
+// A slot that moves, whole, between a step's read of the slot map and its
+// SCAN (here on the last shard's only step, so that no later step would
+// notice) makes that step end the walk with a new beginning, not with the
+// end: the lock moved to the first shard, already walked, is listed.
+func TestClusterScanRestartsWhenTheMapChangesDuringItsLastStep(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	n := newClusterNode(t, c)
+	ctx := context.Background()
+	first, last := c.OwnerOf(0), c.OwnerOf(lockcore.FenceSlots-1)
+	var moving string
+	for i := 0; moving == ""; i++ {
+		if r := fmt.Sprintf("mv-%d", i); c.OwnerOf(lockcore.FenceSlot(r)) == last {
+			moving = r
+		}
+	}
+	if _, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: moving, Lease: lockcore.NewLeaseID(), TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	moved := false
+	n.SetBeforeScan(func(shard int) {
+		if shard == 2 && !moved {
+			moved = true
+			if err := c.MoveSlot(lockcore.FenceSlot(moving), last, first, 0); err != nil {
+				t.Error(err)
+			}
+			c.WaitStable()
+		}
+	})
+	var got []string
+	cursor := ""
+	for step := 0; ; step++ {
+		// A count far above the keys of a shard: one step per shard.
+		names, next, err := n.ScanLocks(ctx, "mv-", cursor, 1_000_000)
+		if err != nil {
+			t.Fatalf("ScanLocks step %d: %v", step, err)
+		}
+		got = append(got, names...)
+		if next == "" {
+			break
+		}
+		if step > 100 {
+			t.Fatal("the walk does not end")
+		}
+		cursor = next
+	}
+	if !moved {
+		t.Fatal("the walk never reached the third shard")
+	}
+	if !slices.Contains(got, moving) {
+		t.Fatalf("a walk during which %s moved to the first shard listed %v: the lock is missing", moving, got)
+	}
+}
