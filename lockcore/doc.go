@@ -299,7 +299,14 @@
 // reshard between the same primaries is not a loss. A gateway's
 // connection to a primary it did not find at its last check stops its
 // use of the node at once (a replica's connection is refused: once
-// promoted, it would carry lock scripts to a process no check judged).
+// promoted, it would carry lock scripts to a process no check judged),
+// and no check puts the node back in service unless it found every
+// primary connected to since the last one (a connection made while a check
+// ran may be to a process promoted after its probe). A check fails,
+// changing nothing, when a primary's own slot map is not the one the check
+// judges by (a failover or a reshard under way, or a stale node) or when a
+// primary did not take the check's write (CLUSTERDOWN: it sees no majority
+// of its Cluster; MOVED: it no longer serves its slot).
 //
 // A Cluster script cannot read the record, which lives in another slot,
 // so each slot's counter carries its own copy of the epoch: a quarantine
@@ -310,11 +317,30 @@
 // slot the quarantine marked, as with one server.
 //
 // During a slot's migration the Cluster answers a script that it did not
-// run (MOVED or ASK: go to another shard; TRYAGAIN: the slot's keys are
-// split between two shards for a moment): such a script is sent again,
-// where the reply points, until the call's deadline. A lost reply (a
-// timeout, a closed connection) is never followed by a second send, as
-// for every node.
+// run (MOVED or ASK: go to another shard; TRYAGAIN, below): such a script
+// is sent again, where the reply points, until the call's deadline. A lost
+// reply (a timeout, a closed connection) is never followed by a second
+// send, as for every node. A script declares only the lock's key and its
+// slot's counter (a release's channel is built inside the script: it is
+// not a key), and while a slot migrates Redis Cluster runs a script on it
+// only on a shard where every key it declares exists (the source answers
+// ASK once none is left there), else answers TRYAGAIN. So an
+// extend, a release, a hand-off, a force-release or an inspection of a
+// held lock waits only while the lock's two keys are on different shards
+// (between two MIGRATE batches of the slot). A free lock's acquisition (or
+// inspection) declares its lock key, which does not exist, beside its
+// slot's counter, which does: it gets TRYAGAIN for the whole migration of
+// the slot, is sent again until its deadline (the node timeout) and fails
+// on this node when the migration lasts longer. The other Redlock nodes
+// still answer, so the lock is still granted by a quorum unless another
+// node is out too. redis-cli --cluster reshard moves a slot of a few keys
+// (one counter and the locks that hash to it) in milliseconds; a slot left
+// MIGRATING (a reshard stopped half way) refuses those acquisitions on
+// this node until redis-cli --cluster fix ends it.
+//
+// A listing walks a Cluster node's shards one after the other. A step that
+// ends while a slot migrates fails (a lock could have moved to a shard
+// already walked), and List then lists through the other nodes.
 //
 // # What is not guaranteed
 //
@@ -350,6 +376,26 @@
 //     one), and free that grant: the lease then holds one node fewer than
 //     it was granted on. Not seen in the tests; the fencing token still
 //     protects storage.
+//   - A Redis Cluster node trusts what its primaries agree on: a check
+//     that reads a slot map on which every primary it reaches still names
+//     a primary already failed over (before the Cluster's primaries learn
+//     of the promotion, or an old primary cut off with the minority, until
+//     cluster-node-timeout makes it refuse) finds that old process and
+//     keeps the node in service; the lock scripts that reach it meanwhile
+//     are lost when it rejoins as a replica. A later check finds the new
+//     primary, and the node is lost and recovered (step 7).
+//   - A Cluster shard failed over and back (its primary demoted, resynced
+//     and promoted again) is the same process, with the same run id, as
+//     before: when no check ran while the other process was primary, the
+//     node is not seen to have changed. What the other process took and
+//     did not replicate back before the failback is lost unseen: at most
+//     the scripts a gateway sent over its first connection to it (that
+//     connection stops the node at once, and such a call fails), among
+//     them a grant whose token may then be minted again. A manual
+//     failback (CLUSTER FAILOVER) waits for the replica to catch up and
+//     loses nothing; after an automatic one that may have gone unchecked,
+//     restart that shard's primary (a new process: the node recovers from
+//     the other nodes).
 //   - With fewer than a quorum of nodes in service nothing is granted; a
 //     node that refuses writes (maxmemory reached with noeviction, a failing
 //     disk) does not count.

@@ -126,7 +126,10 @@ func decodeCursor(s, prefix string, nodes int) (listCursor, error) {
 // own scan returns it twice (Redis may, when it resizes its tables during
 // the walk). A lock taken or released during the listing may or may not
 // appear. A node whose scan fails is skipped (the next node is scanned in
-// its place) for the rest of the listing.
+// its place) for the rest of the listing, so a lock a quorum holds is
+// still listed; one listed through that node on an earlier page may then
+// appear again. A Redis Cluster node fails its scan while one of its slots
+// migrates (redisnode.ClusterNode.ScanLocks).
 //
 // Each call is bounded: at most listStepsPerPage scan steps on one node at a
 // time, each examining about listScanCount keys, and one InspectLocks per

@@ -105,17 +105,29 @@ type ClusterNode struct {
 	name string
 
 	// trusted is as for Node: set by a Check that found every shard's
-	// process named by the record and by Repair, cleared by a Check that
-	// found a loss and by a new connection to a primary that the last
-	// Check did not find.
+	// process named by the record and by Repair (each only if it found
+	// every primary in unjudged), cleared by a Check that found a loss and
+	// by a new connection to a primary that the last Check did not find.
 	trusted atomic.Bool
 	// resent counts lock scripts sent again after a Cluster answered that
 	// they did not run (see evalOnce).
 	resent atomic.Int64
+	// afterProbe, when not nil, runs in Check between the probe of the
+	// primaries and the record of the result (tests).
+	afterProbe func()
+	// beforeScan, when not nil, runs in ScanLocks before its SCAN, with
+	// the index of the primary it scans (tests).
+	beforeScan func(shard int)
 
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
 	ids     map[string]bool // the primaries' run ids the last Check found
+	// unjudged holds the run ids of the primaries connected to since the
+	// last Check or Repair that ids did not name (see onConnect). That
+	// Check or Repair trusts the node only if it found each of them: a
+	// connection made while it ran may be to a process its probe did not
+	// see (promoted after it).
+	unjudged map[string]bool
 	// refusing is why the last Check found the node refusing, or "".
 	refusing string
 	seenInit bool
@@ -144,7 +156,7 @@ func NewCluster(rawURL string) (*ClusterNode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis Cluster URL: %w", err)
 	}
-	c := &ClusterNode{opt: opt, name: "cluster:" + opt.Addrs[0], shards: map[string]*redis.Client{}}
+	c := &ClusterNode{opt: opt, name: "cluster:" + opt.Addrs[0], shards: map[string]*redis.Client{}, unjudged: map[string]bool{}}
 	co := *opt
 	co.ContextTimeoutEnabled = true
 	// go-redis retries a command after a network error or a timeout (up
@@ -185,6 +197,7 @@ func (c *ClusterNode) onConnect(ctx context.Context, cn *redis.Conn) error {
 	defer c.mu.Unlock()
 	if !c.ids[id] {
 		c.trusted.Store(false)
+		c.unjudged[id] = true
 	}
 	return nil
 }
@@ -370,7 +383,7 @@ func (c *ClusterNode) Extend(ctx context.Context, resource, lease string, ttl ti
 // published on the Cluster's bus (PUBLISH), which every shard's
 // subscribers hear.
 func (c *ClusterNode) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
-	keys := []string{lockKey(resource), tokensKey(resource), releasedKey(resource)}
+	keys := []string{lockKey(resource), tokensKey(resource)}
 	v, err := c.run(ctx, releaseScript, keys, 2, lease, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
@@ -381,7 +394,7 @@ func (c *ClusterNode) Release(ctx context.Context, resource, lease string, ifTok
 // HandOff implements lockcore.HandOffer with handoff.lua.
 func (c *ClusterNode) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
-	keys := []string{lockKey(r), tokensKey(r), releasedKey(r)}
+	keys := []string{lockKey(r), tokensKey(r)}
 	v, err := c.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
@@ -439,7 +452,7 @@ func (c *ClusterNode) Ping(ctx context.Context) error {
 
 // ForceRelease implements lockcore.ForceReleaser with force.lua.
 func (c *ClusterNode) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	v, err := c.run(ctx, forceScript, []string{lockKey(resource), releasedKey(resource)}, 2)
+	v, err := c.run(ctx, forceScript, []string{lockKey(resource)}, 2)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}

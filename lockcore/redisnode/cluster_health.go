@@ -35,6 +35,25 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 	if err != nil {
 		return nil, "", err
 	}
+	out, fp, err := slotPrint(slots)
+	if err != nil {
+		return nil, "", err
+	}
+	c.mu.Lock()
+	c.lastPrimaries = c.lastPrimaries[:0]
+	for _, sh := range out {
+		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
+	}
+	c.mu.Unlock()
+	return out, fp, nil
+}
+
+// slotPrint reads a slot map (CLUSTER SLOTS): its primaries in the order
+// of the lowest slot each serves, and a fingerprint that any difference in
+// which primary (by node id) serves a slot changes. It fails unless every
+// slot has a primary.
+func slotPrint(slots []redis.ClusterSlot) ([]clusterShard, string, error) {
+	slots = slices.Clone(slots)
 	slices.SortFunc(slots, func(a, b redis.ClusterSlot) int { return a.Start - b.Start })
 	first := map[string]int{}
 	served := 0
@@ -48,7 +67,7 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 			first[a] = r.Start
 		}
 		served += r.End - r.Start + 1
-		fmt.Fprintf(fp, "%d-%d=%s;", r.Start, r.End, a)
+		fmt.Fprintf(fp, "%d-%d=%s;", r.Start, r.End, r.Nodes[0].ID)
 	}
 	if served != lockcore.FenceSlots {
 		return nil, "", fmt.Errorf("redisnode: the Cluster serves %d of %d slots", served, lockcore.FenceSlots)
@@ -58,12 +77,6 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 		out = append(out, clusterShard{addr: a, first: f})
 	}
 	slices.SortFunc(out, func(a, b clusterShard) int { return a.first - b.first })
-	c.mu.Lock()
-	c.lastPrimaries = c.lastPrimaries[:0]
-	for _, sh := range out {
-		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
-	}
-	c.mu.Unlock()
 	return out, strconv.FormatUint(fp.Sum64(), 36), nil
 }
 
@@ -111,15 +124,21 @@ type shardProbe struct {
 	runID, refusing string
 }
 
-// probeShard reads one primary's INFO and writes its beat key; refusing
-// says why it may not serve ("" when it may).
-func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardProbe, error) {
+// probeShard reads one primary's INFO and slot map and writes its beat
+// key; refusing says why it may not serve ("" when it may). It fails when
+// the primary is not one, when its slot map is not fp (the map the Check
+// judges by: the primaries disagree, a failover or a reshard is under way,
+// or the map came from a stale node), or when the beat write was not run
+// for another reason than the slot's migration (CLUSTERDOWN: the primary
+// sees no majority of the Cluster; MOVED: it no longer serves the slot).
+func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string) (shardProbe, error) {
 	s := c.shard(sh.addr)
 	pipe := s.Pipeline()
 	inf := pipe.Info(ctx, "server", "memory", "replication")
+	slots := pipe.ClusterSlots(ctx)
 	beat := pipe.HIncrBy(ctx, beatKey(sh.first), "beat", 1)
 	_, _ = pipe.Exec(ctx)
-	if err := inf.Err(); err != nil {
+	if err := cmp.Or(inf.Err(), slots.Err()); err != nil {
 		return shardProbe{}, timedOut(ctx, err)
 	}
 	info := inf.Val()
@@ -127,17 +146,32 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard) (shardPro
 	if role := infoString(info, "role"); role != "master" {
 		return p, fmt.Errorf("redisnode: %s is a %s, no longer a primary (the Cluster is failing over)", sh.addr, role)
 	}
-	switch err := beat.Err(); {
-	case refusalReason(err) != "":
-		p.refusing = sh.addr + ": " + refusalReason(err)
-	case full(info, memoryReserve):
-		p.refusing = sh.addr + ": out of memory"
-	case infoString(info, "maxmemory_policy") != "noeviction":
-		p.refusing = fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", sh.addr, infoString(info, "maxmemory_policy"))
-	case err != nil && !notRun(err):
-		return p, timedOut(ctx, err)
+	if _, its, err := slotPrint(slots.Val()); err != nil || its != fp {
+		return p, fmt.Errorf("redisnode: %s has another slot map than the Cluster node that gave it (a failover or a reshard is under way)", sh.addr)
+	}
+	var failed bool
+	if p.refusing, failed = shardVerdict(sh.addr, info, beat.Err()); failed {
+		return p, fmt.Errorf("redisnode: %s did not take the check's write: %w", sh.addr, timedOut(ctx, beat.Err()))
 	}
 	return p, nil
+}
+
+// shardVerdict judges a primary at addr from its INFO and the error of the
+// check's write on it: refusing says why it may not serve ("" when it
+// may); failed, that the write was not run for another reason (a lost
+// reply, CLUSTERDOWN, MOVED, TRYAGAIN, LOADING: the check fails). ASK is
+// not a failure: the beat key has left its slot, which the primary still
+// serves while the slot migrates.
+func shardVerdict(addr, info string, err error) (refusing string, failed bool) {
+	switch {
+	case refusalReason(err) != "":
+		return addr + ": " + refusalReason(err), false
+	case full(info, memoryReserve):
+		return addr + ": out of memory", false
+	case infoString(info, "maxmemory_policy") != "noeviction":
+		return fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", addr, infoString(info, "maxmemory_policy")), false
+	}
+	return "", err != nil && !redis.HasErrorPrefix(err, "ASK ")
 }
 
 // Check implements lockcore.Node for a Cluster: it reads which primaries
@@ -156,6 +190,9 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	ids, refusing, err := c.probeShards(ctx)
 	if err != nil {
 		return lockcore.NodeHealth{}, err
+	}
+	if c.afterProbe != nil {
+		c.afterProbe()
 	}
 	res, err := c.cc.Eval(ctx, checkLua, []string{metaKey}).Result()
 	if refusing == "" && refusalReason(err) != "" {
@@ -182,13 +219,13 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 // probeShards probes every primary (see probeShard) and returns their
 // run ids and the first reason one gave to refuse ("" when none did).
 func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, refusing string, err error) {
-	shards, err := c.clusterShards(ctx)
+	shards, fp, err := c.slotOwners(ctx)
 	if err != nil {
 		return nil, "", err
 	}
 	ids = map[string]bool{}
 	for _, sh := range shards {
-		p, err := c.probeShard(ctx, sh)
+		p, err := c.probeShard(ctx, sh, fp)
 		if err != nil {
 			return nil, "", err
 		}
@@ -216,12 +253,32 @@ func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHea
 }
 
 // record remembers the primaries the last Check found and whether the
-// node may serve.
+// node may serve: trusted only if the Check found every primary in
+// unjudged (see foundAll).
 func (c *ClusterNode) record(ids map[string]bool, trusted bool, refusing string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ids, c.refusing = ids, refusing
-	c.trusted.Store(trusted)
+	c.trusted.Store(c.foundAll(ids) && trusted)
+}
+
+// foundAll reports whether ids names every primary connected to since the
+// last Check or Repair that the node's ids then did not name (unjudged),
+// and empties unjudged: a connection made while a Check ran may be to a
+// process its probe did not see (promoted after it), and until a Check
+// finds that process the node does not serve. Called with mu held, as
+// onConnect adds to unjudged with mu held: either a Check's record sees
+// the connection, or onConnect sees the ids the record stored. A process
+// left out is not remembered past this call: a pooled connection to a
+// primary that no later Check's slot map names is not caught (see
+// lockcore's "What is not guaranteed").
+func (c *ClusterNode) foundAll(ids map[string]bool) bool {
+	all := true
+	for id := range c.unjudged {
+		all = all && ids[id]
+	}
+	clear(c.unjudged)
+	return all
 }
 
 // runIDs reads the run id of every primary that serves slots now.
@@ -439,7 +496,8 @@ func (c *ClusterNode) repairEpoch(ctx context.Context, epoch string) error {
 // slot carries epoch, set by the quarantine or bootstrap mark the repair
 // was decided on), then serve.lua on the meta hash (only while its epoch
 // is epoch), naming the set of primaries read before the first write. The
-// node is trusted at once only if the same primaries answer afterwards.
+// node is trusted at once only if the same primaries answer afterwards and
+// every primary connected to meanwhile is one of them (see foundAll).
 func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
@@ -473,7 +531,7 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seenInit = true
-	if err == nil && idSet(after) == idSet(ids) {
+	if err == nil && idSet(after) == idSet(ids) && c.foundAll(ids) {
 		c.ids, c.refusing = ids, ""
 		c.trusted.Store(true)
 	}

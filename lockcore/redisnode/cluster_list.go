@@ -2,7 +2,9 @@ package redisnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,14 +52,31 @@ func (c *ClusterNode) getHub() *hub {
 	return c.hub
 }
 
+// errMigrating is what a listing step fails with when a slot of the
+// Cluster was migrating around it.
+var errMigrating = errors.New("redisnode: a slot of the Cluster is migrating (a reshard is under way); " +
+	"a listing could miss a lock moved during it, list again once it is over")
+
 // ScanLocks implements lockcore.Lister for a Cluster: SCAN steps on one
 // primary after the other, in the order of the slots they serve. The
 // cursor is "map@i:cursor": the Cluster's slot map when the walk began
-// (its fingerprint, see slotOwners), the primary's index and SCAN's cursor on it. When the
-// map changed meanwhile (a reshard or a failover), the walk begins again
-// from the first primary, so that a lock held for the whole walk is
-// returned at least once even if its slot moved to a primary already
-// walked.
+// (its fingerprint, see slotOwners), the primary's index and SCAN's
+// cursor on it.
+//
+// A slot's keys move one MIGRATE at a time while the slot migrates, and
+// the slot map changes only at the end, so a lock could leave a primary
+// not yet walked for one already walked and be returned by no step. After
+// each SCAN the step reads the map and every primary's own migration
+// marks (CLUSTER NODES): a migration under way fails the step
+// (errMigrating: lockcore.List then lists through the other Redlock
+// nodes), and a map changed since the walk began makes the next step
+// begin the walk again from the first primary (a migration that ended
+// between two steps). So a walk that ends saw no key move: a lock held
+// for the whole walk is returned at least once. Not seen: a migration
+// begun and undone (SETSLOT STABLE, its keys moved back) between two
+// steps, or keys moved by MIGRATE to a primary that imports their slot
+// while neither it nor the source serving the slot shows a mark
+// (redis-cli --cluster reshard always marks both).
 func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, count int) ([]string, string, error) {
 	if !c.trusted.Load() {
 		return nil, "", c.outError()
@@ -70,6 +89,9 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if err != nil {
 		return nil, "", err
 	}
+	if c.beforeScan != nil {
+		c.beforeScan(i)
+	}
 	keys, next, err := c.shard(shards[i].addr).Scan(ctx, cur, lockPattern(prefix), int64(max(count, 1))).Result()
 	if err != nil {
 		return nil, "", timedOut(ctx, err)
@@ -77,13 +99,61 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if !c.trusted.Load() {
 		return nil, "", c.outError()
 	}
+	after, err := c.walkEnd(ctx, fp)
+	if err != nil {
+		return nil, "", err
+	}
 	names := lockNames(keys, prefix)
+	if after != "" {
+		return names, after + "@0:0", nil // from the first primary again
+	}
 	if next == 0 {
 		if i++; i == len(shards) {
 			return names, "", nil
 		}
 	}
 	return names, fp + "@" + strconv.Itoa(i) + ":" + strconv.FormatUint(next, 10), nil
+}
+
+// walkEnd ends a listing step begun on the slot map fp: errMigrating when
+// a primary has a slot migrating now, the map's new fingerprint when it
+// is not fp any longer, else "".
+func (c *ClusterNode) walkEnd(ctx context.Context, fp string) (string, error) {
+	shards, now, err := c.slotOwners(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, sh := range shards {
+		nodes, err := c.shard(sh.addr).ClusterNodes(ctx).Result()
+		if err != nil {
+			return "", timedOut(ctx, err)
+		}
+		if ownMigrations(nodes) {
+			return "", fmt.Errorf("%w (%s)", errMigrating, sh.addr)
+		}
+	}
+	if now != fp {
+		return now, nil
+	}
+	return "", nil
+}
+
+// ownMigrations reports whether CLUSTER NODES's line for the node that
+// answered it ("myself") marks a slot as migrating ("[slot->-id]") or
+// importing ("[slot-<-id]"); a node shows only its own marks.
+func ownMigrations(nodes string) bool {
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) < 3 || !slices.Contains(strings.Split(f[2], ","), "myself") {
+			continue
+		}
+		for _, s := range f[min(len(f), 8):] {
+			if strings.HasPrefix(s, "[") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // parseClusterCursor reads ScanLocks's cursor: the primary's index and

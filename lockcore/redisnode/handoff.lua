@@ -2,7 +2,6 @@
 -- grant it to the next waiter of the same gateway replica.
 -- KEYS[1] lock hash     lockgate:{resource}:lock (fields as in acquire.lua)
 -- KEYS[2] slot counter  lockgate:{tag}:tokens (see guard.lua)
--- KEYS[3] channel       lockgate:{resource}:released
 -- ARGV[1] lease id being released
 -- ARGV[2] next lease id   ARGV[3] next ttl in ms   ARGV[4] next owner label
 -- ARGV[5] replica id of the asking gateway
@@ -46,5 +45,5 @@ if ARGV[5] ~= '' and h[3] == ARGV[5] and wanted == 0 and ARGV[2] ~= ARGV[1] then
   redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'acquired', string.format('%d', tok))
   return {1, tonumber(h[2]), 0, 1, tok}
 end
-redis.call('PUBLISH', KEYS[3], h[2])
+redis.call('PUBLISH', string.sub(KEYS[1], 1, -5) .. 'released', h[2])
 return {1, tonumber(h[2]), wanted, 0, 0}

@@ -115,7 +115,7 @@ func (n *Node) InspectLocks(ctx context.Context, resources []string) ([]lockcore
 
 // ForceRelease implements lockcore.ForceReleaser with force.lua.
 func (n *Node) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, forceScript, []string{lockKey(resource), releasedKey(resource)}, 2)
+	v, err := n.run(ctx, forceScript, []string{lockKey(resource)}, 2)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}

@@ -144,7 +144,14 @@ var (
 
 func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
 
-func lockKey(resource string) string     { return "lockgate:{" + resource + "}:lock" }
+func lockKey(resource string) string { return "lockgate:{" + resource + "}:lock" }
+
+// releasedKey is the channel a release is published on (release.lua,
+// handoff.lua, force.lua). The scripts build it from KEYS[1] (lockKey with
+// its trailing "lock" replaced, so lockKey must end in ":lock"), never
+// declare it: a channel is not a key, and a declared key that does not
+// exist makes Redis Cluster refuse the script (TRYAGAIN) for the whole of
+// its slot's migration.
 func releasedKey(resource string) string { return "lockgate:{" + resource + "}:released" }
 
 // slotKeys holds the key of every slot's counter hash: lockgate:{tag}:tokens
@@ -410,7 +417,7 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
-	keys := []string{lockKey(resource), tokensKey(resource), releasedKey(resource)}
+	keys := []string{lockKey(resource), tokensKey(resource)}
 	v, err := n.run(ctx, releaseScript, keys, 2, lease, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
@@ -429,7 +436,7 @@ func releaseReply(v []int64) lockcore.NodeReply {
 // HandOff implements lockcore.HandOffer with handoff.lua.
 func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
-	keys := []string{lockKey(r), tokensKey(r), releasedKey(r)}
+	keys := []string{lockKey(r), tokensKey(r)}
 	v, err := n.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
