@@ -42,6 +42,9 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	if err != nil {
 		return lockcore.NodeHealth{}, err
 	}
+	if n.afterProbe != nil {
+		n.afterProbe()
+	}
 	if refusing == "" {
 		var evicts bool
 		refusing, evicts = settingsRefusal(infoString(info, "maxmemory_policy"), v.format)
@@ -160,13 +163,17 @@ func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id string) {
 }
 
 // record remembers the server process the last Check found, and whether
-// its data may serve (trusted) or why it refuses.
+// its data may serve (trusted) or why it refuses. A verdict is about the
+// process the Check probed: when the newest connection reaches another one
+// (it was replaced while the Check ran, and lock traffic dialed the new
+// process: see onConnect), the node stays untrusted until a Check probes
+// that one, as served does for a repair.
 func (n *Node) record(id string, trusted bool, refusing string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.runID = id
 	n.refusing = refusing
-	n.trusted.Store(n.protect != "1" || trusted)
+	n.trusted.Store(n.protect != "1" || (trusted && n.connRunID == id))
 }
 
 // probe runs check.lua and INFO server and memory in one round trip, and

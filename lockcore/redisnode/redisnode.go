@@ -188,6 +188,9 @@ type Node struct {
 	// every lock operation fails with lockcore.ErrQuarantined, also when
 	// the operation ran on the server meanwhile.
 	trusted atomic.Bool
+	// afterProbe, when not nil, runs in Check between the probe and the
+	// verdict's record (tests only: see export_test.go).
+	afterProbe func()
 	// wasFull is true while the last Check found the node full or refusing
 	// writes (see probe).
 	wasFull atomic.Bool
