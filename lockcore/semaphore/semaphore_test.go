@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -45,10 +46,11 @@ func redisNodes(t *testing.T) []lockcore.Node {
 }
 
 func newSemaphores(t *testing.T, nodes []lockcore.Node) (*lockcore.Redlock, *semaphore.Semaphores) {
-	// Node calls get more than the 50ms default, as in client's tests: a
-	// loaded machine running the race detector next to redis-servers can
-	// be slow to answer.
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 150 * time.Millisecond, MinTTL: 300 * time.Millisecond})
+	// Node calls get more than the 50ms default: a loaded machine running
+	// the race detector next to redis-servers can be slow to answer, and
+	// every acquisition reads all 64 permits twice, so a stall of the
+	// machine meets many calls at once.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 500 * time.Millisecond, MinTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,38 +154,49 @@ func TestADifferentKIsRefused(t *testing.T) {
 	})
 }
 
-// A holder with the larger K that took a permit beyond the smaller K's
-// first read is seen by the second read, and the permit taken is given back.
+// A holder with another K that came in after the first read, before the
+// grant, is seen by the second read, wherever its permit lies (beyond the
+// request's K too: two first acquisitions at once), and the permit taken
+// is given back.
 func TestTheSecondReadSeesAHolderWithAnotherK(t *testing.T) {
-	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
-	rl, err := lockcore.New(nodes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rl.Close()
-	intruder := &grantOnFirstAcquire{Locker: rl, rl: rl}
-	s := semaphore.New(intruder)
-	_, err = s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: 2, TTL: time.Second})
-	if !errors.Is(err, semaphore.ErrMismatch) {
-		t.Fatalf("acquire while a K=5 holder came in: %v, want ErrMismatch", err)
-	}
-	if _, err := rl.Inspect(context.Background(), lockcore.PermitResource("race", 0)); !errors.Is(err, lockcore.ErrNotHeld) {
-		t.Fatalf("permit 0 after the refusal: %v, want it given back", err)
+	for _, c := range []struct {
+		asked, other, otherPermit int
+	}{
+		{asked: 2, other: 5, otherPermit: 1},
+		{asked: 1, other: 64, otherPermit: 63}, // beyond every read of K+1 permits
+		{asked: 5, other: 2, otherPermit: 1},
+	} {
+		t.Run(fmt.Sprintf("K=%d,other K=%d on permit %d", c.asked, c.other, c.otherPermit), func(t *testing.T) {
+			nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+			rl, _ := newSemaphores(t, nodes)
+			intruder := &grantOnFirstAcquire{Locker: rl, rl: rl, permit: c.otherPermit, label: strconv.Itoa(c.other) + " other"}
+			s := semaphore.New(intruder)
+			_, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: c.asked, TTL: time.Second})
+			if !errors.Is(err, semaphore.ErrMismatch) {
+				t.Fatalf("acquire while a K=%d holder came in: %v, want ErrMismatch", c.other, err)
+			}
+			if _, err := rl.Inspect(context.Background(), lockcore.PermitResource("race", 0)); !errors.Is(err, lockcore.ErrNotHeld) {
+				t.Fatalf("permit 0 after the refusal: %v, want it given back", err)
+			}
+		})
 	}
 }
 
-// grantOnFirstAcquire lets a K=5 holder take permit 1 just before the
-// first Acquire goes through: after the first read, before the second.
+// grantOnFirstAcquire lets another holder take permit (owner label) just
+// before the first Acquire goes through: after the first read, before the
+// second.
 type grantOnFirstAcquire struct {
 	semaphore.Locker
-	rl   *lockcore.Redlock
-	done bool
+	rl     *lockcore.Redlock
+	permit int
+	label  string
+	done   bool
 }
 
 func (g *grantOnFirstAcquire) Acquire(ctx context.Context, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
 	if !g.done {
 		g.done = true
-		if _, err := g.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: lockcore.PermitResource("race", 1), TTL: time.Minute, Owner: "5 other"}); err != nil {
+		if _, err := g.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: lockcore.PermitResource("race", g.permit), TTL: time.Minute, Owner: g.label}); err != nil {
 			return nil, err
 		}
 	}
@@ -230,7 +243,7 @@ func TestAWaiterGetsTheFirstPermitFreed(t *testing.T) {
 // out: a waiter then gets it.
 func TestAPermitWhoseHolderDiedIsFreeAgainAfterItsTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ *lockcore.Redlock, s *semaphore.Semaphores) {
-		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 300 * time.Millisecond})
+		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: time.Second})
 		p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: time.Second, Wait: 20 * time.Second})
 		if err != nil || p.Index != 0 || p.Token <= dead.Token {
 			t.Fatalf("%+v, %v", p, err)
