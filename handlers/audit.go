@@ -16,6 +16,14 @@ func setToken(r *http.Request, token int64) {
 	}
 }
 
+// setPermit records the permit a semaphore request acted on, for the
+// audit line.
+func setPermit(r *http.Request, i int) {
+	if st := stateOf(r); st != nil {
+		st.permit = i + 1
+	}
+}
+
 // auditOp names the state-changing operation of a request, or "".
 func auditOp(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, semaphorePrefix); ok {
@@ -102,6 +110,9 @@ func (s *server) audit(next http.Handler) http.Handler {
 			Str("outcome", outcome).Int("status", status)
 		if subject != "" {
 			ev = ev.Str("client_cert", subject)
+		}
+		if st.permit > 0 {
+			ev = ev.Int("permit", st.permit-1)
 		}
 		if st.token > 0 {
 			ev = ev.Int64("fencing_token", st.token)
