@@ -90,3 +90,34 @@ func TestAWaitThatRunsOutReportsTheRemainingTTLOfThen(t *testing.T) {
 		t.Fatalf("RetryAfter %v after waiting %v for a permit of TTL %v; want at most %v", full.RetryAfter, wait, ttl, ttl-wait)
 	}
 }
+
+// A waiting acquisition that finds the waiting room full for one of its
+// permits is refused at once, not after waiting on the others.
+func TestAFullWaitingRoomRefusesAtOnce(t *testing.T) {
+	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 500 * time.Millisecond, MinTTL: time.Second, MaxWaiters: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	s := semaphore.New(rl)
+	req := semaphore.AcquireRequest{Name: "room", Permits: 3, TTL: time.Minute}
+	for range 3 {
+		mustAcquire(t, s, req)
+	}
+	req.Wait = 5 * time.Minute
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), req)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, lockcore.ErrTooManyWaiters) {
+			t.Fatalf("%v, want ErrTooManyWaiters", err)
+		}
+	case <-time.After(time.Minute): // far below the 5 minutes' wait
+		t.Fatal("the acquisition still waits on the permits that found room")
+	}
+	waitFor(t, func() bool { return rl.Waiting() == 0 }, "the other waits to end")
+}

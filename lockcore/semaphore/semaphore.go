@@ -367,7 +367,9 @@ func (s *Semaphores) tryFree(ctx context.Context, req AcquireRequest, lr lockcor
 }
 
 // waitAny waits for every permit at once and keeps the first granted; a
-// permit granted to one of the other waits is released again.
+// permit granted to one of the other waits is released again. If one wait
+// finds the waiting room full, the others end at once and, unless one was
+// granted meanwhile, ErrTooManyWaiters is returned.
 func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcore.AcquireRequest) (int, *lockcore.Lease, error) {
 	type result struct {
 		i     int
@@ -398,6 +400,11 @@ func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcor
 			s.releaseQuietly(ctx, r.lease) // a second grant: not needed
 		case firstErr == nil && !errors.Is(r.err, context.Canceled) && !errors.Is(r.err, lockcore.ErrTaken):
 			firstErr = r.err
+			if errors.Is(r.err, lockcore.ErrTooManyWaiters) {
+				// The room is full: the request is refused now, not
+				// after waiting on the permits that found room.
+				cancel()
+			}
 		}
 	}
 	if won.lease != nil {
