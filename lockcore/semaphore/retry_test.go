@@ -45,6 +45,11 @@ func (c *countReads) Inspect(ctx context.Context, resource string) (*lockcore.Lo
 	return c.Redlock.Inspect(ctx, resource)
 }
 
+func (c *countReads) InspectMany(ctx context.Context, resources []string) ([]*lockcore.LockInfo, error) {
+	c.reads.Add(int64(len(resources)))
+	return c.Redlock.InspectMany(ctx, resources)
+}
+
 // A request the lock service would refuse is refused before any permit is
 // read, whether or not the semaphore is full.
 func TestABadRequestIsRefusedBeforeAnyRead(t *testing.T) {
@@ -57,8 +62,8 @@ func TestABadRequestIsRefusedBeforeAnyRead(t *testing.T) {
 	}{
 		{"TTL below the minimum", semaphore.AcquireRequest{TTL: minTTL - time.Millisecond}, "ttl_ms"},
 		{"TTL above the maximum", semaphore.AcquireRequest{TTL: maxTTL + time.Millisecond}, "ttl_ms"},
-		{"wait above the maximum", semaphore.AcquireRequest{TTL: time.Second, Wait: maxWait + time.Millisecond}, "wait_ms"},
-		{"bad lease id", semaphore.AcquireRequest{TTL: time.Second, LeaseID: "short"}, "lease_id"},
+		{"wait above the maximum", semaphore.AcquireRequest{TTL: 2 * time.Second, Wait: maxWait + time.Millisecond}, "wait_ms"},
+		{"bad lease id", semaphore.AcquireRequest{TTL: 2 * time.Second, LeaseID: "short"}, "lease_id"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lk := &countReads{Redlock: rl}
@@ -95,7 +100,7 @@ func TestAWaitThatRunsOutReportsTheRemainingTTLOfThen(t *testing.T) {
 // permits is refused at once, not after waiting on the others.
 func TestAFullWaitingRoomRefusesAtOnce(t *testing.T) {
 	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 500 * time.Millisecond, MinTTL: time.Second, MaxWaiters: 2})
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: time.Second, MinTTL: 2 * time.Second, MaxWaiters: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -478,8 +478,8 @@ func (s *Semaphores) Release(ctx context.Context, name string, i int, leaseID st
 }
 
 // Inspect reports who holds name's permits, never their lease ids. It reads
-// every permit (lockcore.MaxPermits reads, readParallel at a time), so a
-// holder of any K is shown.
+// every permit (lockcore.MaxPermits locks, in one round when the Locker
+// can), so a holder of any K is shown.
 //
 // Errors: *lockcore.InvalidError; lockcore.ErrNotHeld when no permit is
 // held; or an error of the Locker's Inspect.
@@ -558,12 +558,30 @@ type view struct {
 	held []*lockcore.LockInfo
 }
 
-// read reads every permit, 0 to lockcore.MaxPermits-1.
+// manyInspector is implemented by a Locker that reads many locks in one
+// round (*lockcore.Redlock over nodes that are lockcore.Listers).
+type manyInspector interface {
+	InspectMany(ctx context.Context, resources []string) ([]*lockcore.LockInfo, error)
+}
+
+// read reads every permit, 0 to lockcore.MaxPermits-1: in one round when
+// the Locker can (one node timeout for all 64), else one Inspect per
+// permit, readParallel at a time.
 func (s *Semaphores) read(ctx context.Context, name string) (view, error) {
+	names := make([]string, lockcore.MaxPermits)
+	for i := range names {
+		names[i] = lockcore.PermitResource(name, i)
+	}
+	if m, ok := s.locker.(manyInspector); ok {
+		held, err := m.InspectMany(ctx, names)
+		if !errors.Is(err, lockcore.ErrNotSupported) {
+			return view{held: held}, err
+		}
+	}
 	v := view{held: make([]*lockcore.LockInfo, lockcore.MaxPermits)}
 	errs := make([]error, lockcore.MaxPermits)
 	s.each(lockcore.MaxPermits, func(i int) {
-		info, err := s.locker.Inspect(ctx, lockcore.PermitResource(name, i))
+		info, err := s.locker.Inspect(ctx, names[i])
 		switch {
 		case err == nil:
 			v.held[i] = info
@@ -580,7 +598,8 @@ func (s *Semaphores) read(ctx context.Context, name string) (view, error) {
 }
 
 // readParallel bounds the calls of one each in flight at once: a
-// semaphore's reads must not put a burst of 64 rounds on the nodes.
+// semaphore's reads, one round per permit when the Locker cannot read
+// many at once, must not put a burst of 64 rounds on the nodes.
 const readParallel = 16
 
 // each calls fn(0) to fn(n-1), readParallel at a time, and returns when

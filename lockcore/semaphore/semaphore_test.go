@@ -46,11 +46,11 @@ func redisNodes(t *testing.T) []lockcore.Node {
 }
 
 func newSemaphores(t *testing.T, nodes []lockcore.Node) (*lockcore.Redlock, *semaphore.Semaphores) {
-	// Node calls get more than the 50ms default: a loaded machine running
+	// Node calls get far more than the 50ms default: a loaded machine running
 	// the race detector next to redis-servers can be slow to answer, and
 	// every acquisition reads all 64 permits twice, so a stall of the
 	// machine meets many calls at once.
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 500 * time.Millisecond, MinTTL: time.Second})
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: time.Second, MinTTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestADifferentKIsRefused(t *testing.T) {
 			{"one permit, waiting", 1, time.Second},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				_, err := s.Acquire(ctx, semaphore.AcquireRequest{Name: "pool", Permits: tc.k, TTL: time.Second, Wait: tc.wait})
+				_, err := s.Acquire(ctx, semaphore.AcquireRequest{Name: "pool", Permits: tc.k, TTL: 2 * time.Second, Wait: tc.wait})
 				var mm *semaphore.MismatchError
 				if !errors.As(err, &mm) || mm.Held != 3 || mm.Asked != tc.k || mm.HolderPermit != held.Index {
 					t.Fatalf("K=%d against a holder of K=3: %v", tc.k, err)
@@ -148,7 +148,7 @@ func TestADifferentKIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No permit held: the semaphore does not exist, and K is set anew.
-		if p := mustAcquire(t, s, semaphore.AcquireRequest{Name: "pool", Permits: 2, TTL: time.Second}); p.Permits != 2 {
+		if p := mustAcquire(t, s, semaphore.AcquireRequest{Name: "pool", Permits: 2, TTL: 2 * time.Second}); p.Permits != 2 {
 			t.Fatalf("%+v", p)
 		}
 	})
@@ -171,7 +171,7 @@ func TestTheSecondReadSeesAHolderWithAnotherK(t *testing.T) {
 			rl, _ := newSemaphores(t, nodes)
 			intruder := &grantOnFirstAcquire{Locker: rl, rl: rl, permit: c.otherPermit, label: strconv.Itoa(c.other) + " other"}
 			s := semaphore.New(intruder)
-			_, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: c.asked, TTL: time.Second})
+			_, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: c.asked, TTL: 2 * time.Second})
 			if !errors.Is(err, semaphore.ErrMismatch) {
 				t.Fatalf("acquire while a K=%d holder came in: %v, want ErrMismatch", c.other, err)
 			}
@@ -243,8 +243,8 @@ func TestAWaiterGetsTheFirstPermitFreed(t *testing.T) {
 // out: a waiter then gets it.
 func TestAPermitWhoseHolderDiedIsFreeAgainAfterItsTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ *lockcore.Redlock, s *semaphore.Semaphores) {
-		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: time.Second})
-		p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: time.Second, Wait: 20 * time.Second})
+		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 2 * time.Second})
+		p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 2 * time.Second, Wait: 20 * time.Second})
 		if err != nil || p.Index != 0 || p.Token <= dead.Token {
 			t.Fatalf("%+v, %v", p, err)
 		}
@@ -290,10 +290,10 @@ func TestBadRequestsAreInvalid(t *testing.T) {
 		req   semaphore.AcquireRequest
 		field string
 	}{
-		{"no permits", semaphore.AcquireRequest{Name: "a", Permits: 0, TTL: time.Second}, "permits"},
-		{"too many permits", semaphore.AcquireRequest{Name: "a", Permits: lockcore.MaxPermits + 1, TTL: time.Second}, "permits"},
-		{"a permit's name", semaphore.AcquireRequest{Name: "a/1", Permits: 1, TTL: time.Second}, "name"},
-		{"an owner too long", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: time.Second, Owner: longOwner()}, "owner"},
+		{"no permits", semaphore.AcquireRequest{Name: "a", Permits: 0, TTL: 2 * time.Second}, "permits"},
+		{"too many permits", semaphore.AcquireRequest{Name: "a", Permits: lockcore.MaxPermits + 1, TTL: 2 * time.Second}, "permits"},
+		{"a permit's name", semaphore.AcquireRequest{Name: "a/1", Permits: 1, TTL: 2 * time.Second}, "name"},
+		{"an owner too long", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: 2 * time.Second, Owner: longOwner()}, "owner"},
 		{"a TTL too short", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: time.Millisecond}, "ttl_ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
