@@ -30,8 +30,9 @@ type Permit struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 }
 
-// SemaphoreInfo is the body of GET /semaphores/{name}: K, the permits in
-// use and their holders, never their lease ids.
+// SemaphoreInfo is the body of GET /semaphores/{name}: K (the largest a
+// holder records), the permits in use and every holder, never their lease
+// ids.
 type SemaphoreInfo struct {
 	Semaphore string         `json:"semaphore"`
 	Permits   int            `json:"permits"`

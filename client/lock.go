@@ -114,34 +114,12 @@ type Lock struct {
 func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lock, error) {
 	opt := o.withDefaults()
 	ao := AcquireOptions{TTL: opt.TTL, Wait: opt.Wait, Owner: opt.Owner, LeaseID: NewLeaseID()}
-	budget := opt.Wait
-	if budget <= 0 {
-		budget = transientBudget0
-	}
-	start := c.now()
-	var (
-		lease   *Lease
-		err     error
-		unsure  bool // an attempt may have been granted without our hearing it
-		backoff = minBackoff
-	)
-	for {
-		ao.Wait = max(0, opt.Wait-c.now().Sub(start))
+	var lease *Lease
+	unsure, err := c.retryTransient(ctx, opt.Wait, func(wait time.Duration) (err error) {
+		ao.Wait = wait
 		lease, err = c.acquire(ctx, resource, ao)
-		if err == nil || !Transient(err) {
-			break
-		}
-		unsure = true
-		pause := jitter(backoff)
-		backoff = min(2*backoff, time.Second)
-		if c.now().Add(pause).Sub(start) > budget {
-			break
-		}
-		if !sleep(ctx, pause) {
-			err = errors.Join(err, ctx.Err())
-			break
-		}
-	}
+		return err
+	})
 	if err == nil && c.now().Sub(lease.Sent) > time.Duration(lease.ValidityMs)*time.Millisecond/3 {
 		// A waited acquisition: the gateway counts the validity from its
 		// last attempt, which the client cannot see; counted from Sent it
@@ -162,6 +140,35 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 	}
 
 	return c.hold(ctx, resource, -1, lease, opt), nil
+}
+
+// retryTransient calls try until it returns nil or an error that is not
+// Transient, with backoff, for up to wait (transientBudget0 when 0); each
+// call gets what is left of wait. unsure is true when an attempt failed
+// transiently: it may have been granted without our hearing it, so the
+// caller gives back what that lease holds if it gives up.
+func (c *Client) retryTransient(ctx context.Context, wait time.Duration, try func(wait time.Duration) error) (unsure bool, err error) {
+	budget := wait
+	if budget <= 0 {
+		budget = transientBudget0
+	}
+	start := c.now()
+	backoff := minBackoff
+	for {
+		err = try(max(0, wait-c.now().Sub(start)))
+		if err == nil || !Transient(err) {
+			return unsure, err
+		}
+		unsure = true
+		pause := jitter(backoff)
+		backoff = min(2*backoff, time.Second)
+		if c.now().Add(pause).Sub(start) > budget {
+			return unsure, err
+		}
+		if !sleep(ctx, pause) {
+			return unsure, errors.Join(err, ctx.Err())
+		}
+	}
 }
 
 // hold starts the watchdog of lease, a lock on resource or, with permit ≥

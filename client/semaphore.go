@@ -41,10 +41,13 @@ func (p *Permit) ValidUntil() time.Time {
 }
 
 // FenceResource is the name to fence storage by for this permit: tokens
-// grow per permit, so a store must keep one fence per permit
-// ("NAME:permit-I"). SetFencingHeaders of a Lock from HoldPermit uses it.
+// grow per permit, so a store must keep one fence per permit. It is
+// "NAME/I", the permit's name in the gateway, which no lock can have (a
+// slash is outside the resource alphabet), so a permit's fence never
+// shares a key with a lock's. SetFencingHeaders of a Lock from HoldPermit
+// uses it.
 func FenceResource(semaphore string, permit int) string {
-	return semaphore + ":permit-" + strconv.Itoa(permit)
+	return semaphore + "/" + strconv.Itoa(permit)
 }
 
 func semaphorePath(name string, rest ...string) (plain, escaped string) {
@@ -57,14 +60,21 @@ func semaphorePath(name string, rest ...string) (plain, escaped string) {
 
 // AcquirePermit asks once for one of the permits of the semaphore name
 // (PUT /semaphores/{name}/permits), of which there are permits (K),
-// waiting up to o.Wait while all are held. o.LeaseID is ignored: the
-// gateway mints a lease id per permit. It does not retry. Errors:
+// waiting up to o.Wait while all are held. o.LeaseID is the permit's
+// lease (empty: one is minted): a lease that already holds a permit of
+// name gets it back, its TTL reset and its token unchanged, so a request
+// whose answer was lost can be sent again with the same o.LeaseID. It
+// does not retry; HoldPermit does. Errors:
 // *ProblemError (ErrSemaphoreFull with RetryAfter, ErrPermitsMismatch,
 // ErrBadRequest with Field, ErrNoQuorum, ErrUnavailable, ErrUnauthorized,
 // ErrForbidden), *TLSError, *NoAnswerError, or the context's error.
 func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, o *AcquireOptions) (*Permit, error) {
 	body := api.SemaphoreAcquireRequest{Permits: permits}
+	leaseID := NewLeaseID()
 	if o != nil {
+		if o.LeaseID != "" {
+			leaseID = o.LeaseID
+		}
 		if o.TTL > 0 {
 			body.TTLms = ptr(max(o.TTL.Milliseconds(), 1))
 		}
@@ -76,7 +86,7 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, o 
 		}
 	}
 	plain, escaped := semaphorePath(name, "permits")
-	return c.permit(ctx, "acquire permit", http.MethodPut, plain, escaped, "", 0, body)
+	return c.permit(ctx, "acquire permit", http.MethodPut, plain, escaped, leaseID, 0, body)
 }
 
 // ExtendPermit renews permit of the semaphore name that leaseID holds
@@ -152,12 +162,24 @@ func (p *Permit) asLease() *Lease {
 // returned *Lock renews it about every TTL/3, closes Done when it can no
 // longer be counted on, and gives it back on Release. Its Permit says
 // which permit it is, and SetFencingHeaders fences by that permit
-// (FenceResource). Unlike Lock it makes one attempt: a transient failure
-// is returned, for the caller to retry. Errors: as AcquirePermit's.
+// (FenceResource). As Lock, it retries transient failures with the same
+// minted lease id, so a lost answer gets the same permit back rather than
+// a second one; if it gives up after such a failure it asks once more,
+// without waiting, and gives back what that lease holds. Errors: as
+// AcquirePermit's, the last one when retries ran out.
 func (c *Client) HoldPermit(ctx context.Context, name string, permits int, o *LockOptions) (*Lock, error) {
 	opt := o.withDefaults()
-	p, err := c.AcquirePermit(ctx, name, permits, &AcquireOptions{TTL: opt.TTL, Wait: opt.Wait, Owner: opt.Owner})
+	ao := AcquireOptions{TTL: opt.TTL, Owner: opt.Owner, LeaseID: NewLeaseID()}
+	var p *Permit
+	unsure, err := c.retryTransient(ctx, opt.Wait, func(wait time.Duration) (err error) {
+		ao.Wait = wait
+		p, err = c.AcquirePermit(ctx, name, permits, &ao)
+		return err
+	})
 	if err != nil {
+		if unsure {
+			c.releasePermitQuietly(ctx, name, permits, ao)
+		}
 		return nil, err
 	}
 	if c.now().Sub(p.Sent) > time.Duration(p.ValidityMs)*time.Millisecond/3 {
@@ -174,6 +196,18 @@ func (c *Client) HoldPermit(ctx context.Context, name string, permits int, o *Lo
 		p = ext
 	}
 	return c.hold(ctx, name, p.Permit.Permit, p.asLease(), opt), nil
+}
+
+// releasePermitQuietly gives back the permit ao.LeaseID may hold after a
+// lost answer: asked again without a wait, the gateway returns it (or a
+// free one, given back too); a full semaphore means the lease holds none.
+func (c *Client) releasePermitQuietly(ctx context.Context, name string, permits int, ao AcquireOptions) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	ao.Wait = 0
+	if p, err := c.AcquirePermit(rctx, name, permits, &ao); err == nil {
+		_ = c.ReleasePermit(rctx, name, p.Permit.Permit, p.LeaseID, p.FencingToken)
+	}
 }
 
 // Permit is the permit's number for a Lock from HoldPermit, -1 for a lock.

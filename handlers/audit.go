@@ -16,6 +16,14 @@ func setToken(r *http.Request, token int64) {
 	}
 }
 
+// setPermit records the permit a semaphore request acted on, for the
+// audit line.
+func setPermit(r *http.Request, i int) {
+	if st := stateOf(r); st != nil {
+		st.permit = i + 1
+	}
+}
+
 // auditOp names the state-changing operation of a request, or "".
 func auditOp(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, semaphorePrefix); ok {
@@ -77,21 +85,8 @@ func (s *server) audit(next http.Handler) http.Handler {
 		if op == "" || st == nil {
 			return
 		}
-		status, outcome := st.w.answered(), st.outcome
-		if outcome == "" {
-			// Written by a Middleware (access control, rate limit), which
-			// records no outcome.
-			switch status {
-			case http.StatusUnauthorized:
-				outcome = "unauthorized"
-			case http.StatusForbidden:
-				outcome = "forbidden"
-			case http.StatusTooManyRequests:
-				outcome = "rate_limited"
-			default:
-				outcome = strconv.Itoa(status)
-			}
-		}
+		status := st.w.answered()
+		outcome := auditOutcome(status, st.outcome)
 		ev := logEvent(r, zerolog.InfoLevel)
 		if ev == nil {
 			return
@@ -103,11 +98,32 @@ func (s *server) audit(next http.Handler) http.Handler {
 		if subject != "" {
 			ev = ev.Str("client_cert", subject)
 		}
+		if st.permit > 0 {
+			ev = ev.Int("permit", st.permit-1)
+		}
 		if st.token > 0 {
 			ev = ev.Int64("fencing_token", st.token)
 		}
 		ev.Msg("audit")
 	})
+}
+
+// auditOutcome is the outcome of an audit line: the one the handler
+// recorded, or, for an answer written by a Middleware (access control,
+// rate limit), which records none, one named after its status.
+func auditOutcome(status int, outcome string) string {
+	if outcome != "" {
+		return outcome
+	}
+	switch status {
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	}
+	return strconv.Itoa(status)
 }
 
 // auditResource is the resource an audited path names: a lock's, or a

@@ -37,11 +37,11 @@ func (s *server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Wait > 0 && s.waiters != nil {
 		key := s.callerKey(r)
-		if !s.waiters.take(key) {
+		if !s.waiters.take(key, 1) {
 			s.waiters.overShare(w, r)
 			return
 		}
-		defer s.waiters.done(key)
+		defer s.waiters.done(key, 1)
 	}
 	lease, err := s.locker.Acquire(r.Context(), req)
 	if err != nil {

@@ -31,6 +31,9 @@ type reqState struct {
 	id      string
 	outcome string
 	token   int64
+	// permit is the permit number a semaphore request acted on, plus one
+	// (0: none), for the audit line.
+	permit int
 	// idHeader backs the Request-Id header's value.
 	idHeader [1]string
 }

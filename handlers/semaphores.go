@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/lockgate/lockgate/api"
+	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/semaphore"
 )
 
@@ -29,13 +30,21 @@ func (s *server) semaphoreRoutes(r chi.Router) {
 }
 
 // failSemaphore maps the semaphore errors to problems, and every other
-// error as fail does.
+// error as fail does. A problem about one permit names it as "permit i of
+// semaphore NAME", never by its internal lock's name, which no client can
+// use.
 func failSemaphore(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		mismatch *semaphore.MismatchError
 		full     *semaphore.FullError
+		other    *lockcore.HeldByOtherError
 	)
+	_, onPermit := permitParam(r)
 	switch {
+	case onPermit && errors.As(err, &other):
+		conflict(w, r, apiHeldByOther, "this lease no longer holds "+permitName(r)+"; another lease does", other.RetryAfter)
+	case onPermit && errors.Is(err, lockcore.ErrNotHeld):
+		problem(w, r, http.StatusNotFound, apiNotHeld, "nothing holds "+permitName(r))
 	case errors.As(err, &mismatch):
 		p := newProblem(r, http.StatusConflict, apiPermitsMismatch, "permit "+strconv.Itoa(mismatch.HolderPermit)+
 			" of "+mismatch.Name+" is held with permits="+strconv.Itoa(mismatch.Held)+", not "+strconv.Itoa(mismatch.Asked)+
@@ -55,7 +64,8 @@ func (s *server) acquirePermit(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &body) {
 		return
 	}
-	req := semaphore.AcquireRequest{Name: resourceParam(r), Permits: body.Permits, TTL: s.opt.DefaultTTL}
+	req := semaphore.AcquireRequest{Name: resourceParam(r), Permits: body.Permits, TTL: s.opt.DefaultTTL,
+		LeaseID: r.Header.Get(api.HeaderLeaseID)}
 	if body.TTLms != nil {
 		req.TTL = time.Duration(*body.TTLms) * time.Millisecond
 	}
@@ -67,11 +77,13 @@ func (s *server) acquirePermit(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Wait > 0 && s.waiters != nil {
 		key := s.callerKey(r)
-		if !s.waiters.take(key) {
+		// A permit's wait is K waiters, one per permit (see
+		// semaphore.Semaphores.Acquire).
+		if !s.waiters.take(key, req.Permits) {
 			s.waiters.overShare(w, r)
 			return
 		}
-		defer s.waiters.done(key)
+		defer s.waiters.done(key, req.Permits)
 	}
 	p, err := s.sems.Acquire(r.Context(), req)
 	if err != nil {
@@ -81,16 +93,35 @@ func (s *server) acquirePermit(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	setOutcome(r, "acquired")
+	status, outcome := http.StatusCreated, "acquired"
+	if p.Reentered {
+		status, outcome = http.StatusOK, "reentered"
+	}
+	setOutcome(r, outcome)
 	setToken(r, p.Token)
-	writePermit(w, http.StatusCreated, p, permitPath(p.Name, p.Index))
+	setPermit(r, p.Index)
+	writePermit(w, status, p, permitPath(p.Name, p.Index))
 }
 
 // permitIndex returns the {permit} parameter; the contract has checked
 // its form (0 to 63).
 func permitIndex(r *http.Request) int {
-	i, _ := strconv.Atoi(chi.URLParam(r, "permit"))
+	i, _ := permitParam(r)
 	return i
+}
+
+// permitParam returns the {permit} parameter, and false on a route
+// without one.
+func permitParam(r *http.Request) (int, bool) {
+	p := chi.URLParam(r, "permit")
+	i, err := strconv.Atoi(p)
+	return i, p != "" && err == nil
+}
+
+// permitName names the permit of the request's path for a problem's
+// detail: "permit 2 of semaphore jobs".
+func permitName(r *http.Request) string {
+	return "permit " + strconv.Itoa(permitIndex(r)) + " of semaphore " + resourceParam(r)
 }
 
 func permitPath(name string, i int) string {
@@ -103,6 +134,7 @@ func (s *server) extendPermit(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &body) {
 		return
 	}
+	setPermit(r, permitIndex(r))
 	var ttl time.Duration
 	if body.TTLms != nil {
 		ttl = time.Duration(*body.TTLms) * time.Millisecond
@@ -119,6 +151,7 @@ func (s *server) extendPermit(w http.ResponseWriter, r *http.Request) {
 
 // releasePermit handles DELETE /semaphores/{resource}/permits/{permit}.
 func (s *server) releasePermit(w http.ResponseWriter, r *http.Request) {
+	setPermit(r, permitIndex(r))
 	err := s.sems.Release(r.Context(), resourceParam(r), permitIndex(r), r.Header.Get(api.HeaderLeaseID), ifMatch(r))
 	if err != nil {
 		failSemaphore(w, r, err)

@@ -18,23 +18,24 @@ type waiterShares struct {
 	callers map[string]int // in flight per caller key; no entry at 0
 }
 
-// take counts one more waiting acquisition for key, or returns false when
-// key already has its share.
-func (ws *waiterShares) take(key string) bool {
+// take counts n more waiters for key (1 for a lock, K for a semaphore's
+// permit, which waits for each of its K permits), or returns false when
+// that would take key past its share.
+func (ws *waiterShares) take(key string, n int) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.callers[key] >= ws.share {
+	if ws.callers[key]+n > ws.share {
 		return false
 	}
-	ws.callers[key]++
+	ws.callers[key] += n
 	return true
 }
 
-// done counts one waiting acquisition of key less.
-func (ws *waiterShares) done(key string) {
+// done counts n waiters of key less.
+func (ws *waiterShares) done(key string, n int) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.callers[key]--; ws.callers[key] <= 0 {
+	if ws.callers[key] -= n; ws.callers[key] <= 0 {
 		delete(ws.callers, key)
 	}
 }

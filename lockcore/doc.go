@@ -270,13 +270,21 @@
 // hand-off are the lock's: a waiter waits for each of the K locks at once
 // and keeps the first granted.
 //
-// What this does not give: K is recorded in each permit lock's owner label
-// and checked by reading the permits before and after a grant, not in the
-// grant's atomic step, so two first acquisitions with different K at the
-// same moment can both succeed (package semaphore's doc says when); the
-// holders are then at most the larger K. Storage fenced by one counter for
-// all permits cannot be built from these tokens: they grow per permit, not
-// across permits.
+// K is recorded in each permit lock's owner label and checked by reading
+// every permit, 0 to MaxPermits-1 (a holder of a larger K may hold a
+// permit beyond the request's K), before and after the grant, not in the
+// grant's atomic step. The read before refuses a request while a permit
+// with another K is held for the whole read. For two acquisitions with
+// different K at once: each reads every permit after its own grant
+// returned, and the grant that returned first is then held by a majority
+// of nodes, all of which the other's later read asks; Inspect reports the
+// permit when they answer. So one of the two sees the other and gives its
+// permit back (or both do). What this does not give: a node of the majority
+// that does not answer the read (a timeout) can hide a permit, and then
+// two K can be held at once; the holders are then at most the larger K,
+// and the next acquisition whose reads are answered sees the
+// disagreement. Storage fenced by one counter for all permits cannot be
+// built from these tokens: they grow per permit, not across permits.
 //
 // # A node that is a Redis Cluster
 //

@@ -14,14 +14,22 @@
 //
 // K is part of the contract and is recorded with every permit: the lock's
 // owner label is "K owner". While no permit is held the semaphore does not
-// exist, and the next acquisition sets K anew. An acquisition reads permits
-// 0 to K (K+1 reads) before it takes one and again after: a holder that
-// records another K makes it fail with *MismatchError, releasing any permit
-// it took. Two first acquisitions with different K at the same moment can
-// both miss each other when the one with the smaller K takes its permit
-// after the other's second read and the other's permit lies beyond the
-// smaller K's reads; the number of holders is then bounded by the larger K,
-// never more, and the next acquisition with either K sees the disagreement.
+// exist, and the next acquisition sets K anew. An acquisition reads every
+// permit, 0 to lockcore.MaxPermits-1 (whatever its K: a holder of a larger
+// K may hold a permit beyond it), before it takes one and again after: a
+// holder that records another K makes it fail with *MismatchError,
+// releasing any permit it took. So an acquisition with K fails while a
+// permit with another K is held from before its first read to the end of
+// that read, and two acquisitions with different K that overlap cannot
+// both keep their permits: of the two grants, the one that completed
+// later is followed by a read that sees the earlier one (each read of a
+// permit asks every node, and one that completed is held by a majority).
+// Both the reads and that argument rely on Inspect seeing a lock a
+// majority holds, which it does when the nodes holding it answer; a node
+// of that majority that does not answer the read (a timeout) can hide it,
+// and then two K can be held at once, the holders being bounded by the
+// larger K, never more. The next acquisition with either K whose reads
+// are answered sees the disagreement.
 package semaphore
 
 import (
@@ -42,6 +50,13 @@ type Locker interface {
 	Extend(ctx context.Context, req lockcore.ExtendRequest) (*lockcore.Lease, error)
 	Release(ctx context.Context, req lockcore.ReleaseRequest) error
 	Inspect(ctx context.Context, resource string) (*lockcore.LockInfo, error)
+}
+
+// limiter is implemented by a Locker that states the TTL and wait bounds
+// its Acquire enforces (*lockcore.Redlock): Acquire then refuses a request
+// outside them before any permit is read.
+type limiter interface {
+	Limits() (minTTL, maxTTL, maxWait time.Duration)
 }
 
 // MaxOwner is the longest owner label of a permit, in characters: the
@@ -97,6 +112,12 @@ type AcquireRequest struct {
 	// once with *FullError.
 	Wait  time.Duration
 	Owner string // at most MaxOwner characters, shown by Inspect
+	// LeaseID is the caller's secret for the permit's lease; empty: one is
+	// minted. A request with a lease id that already holds a permit of
+	// Name gets that permit back, its TTL reset and its token unchanged
+	// (Permit.Reentered), so that a request whose answer was lost can be
+	// sent again without taking a second permit.
+	LeaseID string
 }
 
 // Permit is a held permit.
@@ -111,11 +132,16 @@ type Permit struct {
 	Validity time.Duration
 	Expires  time.Time
 	Owner    string
+	// Reentered is true when the lease already held this permit (a retry
+	// with AcquireRequest.LeaseID) and false for a new grant.
+	Reentered bool
 }
 
 // Holder is one held permit, without its lease id.
 type Holder struct {
-	Index     int
+	Index int
+	// Permits is the K the holder's acquisition asked for.
+	Permits   int
 	Token     int64
 	Owner     string
 	TTL       time.Duration
@@ -125,9 +151,12 @@ type Holder struct {
 
 // State is who holds a semaphore's permits.
 type State struct {
-	Name    string
+	Name string
+	// Permits is the largest K a holder records: the bound on the
+	// holders. Holders of different K are all listed (see the package doc
+	// for when they can coexist).
 	Permits int
-	Holders []Holder // by Index
+	Holders []Holder // every held permit, by Index
 }
 
 // Semaphores grants permits through a Locker, and counts the permits
@@ -138,6 +167,10 @@ type Semaphores struct {
 
 	mu    sync.Mutex
 	inUse map[string]tracked // by permit lock name
+	// pruneAt is the size of inUse at which track drops the expired
+	// entries, so that permits left to expire do not grow it without
+	// bound when InUse is never called.
+	pruneAt int
 }
 
 // tracked is a permit granted or extended through a Semaphores.
@@ -148,7 +181,7 @@ type tracked struct {
 
 // New returns Semaphores over locker.
 func New(locker Locker) *Semaphores {
-	return &Semaphores{locker: locker, now: time.Now, inUse: map[string]tracked{}}
+	return &Semaphores{locker: locker, now: time.Now, inUse: map[string]tracked{}, pruneAt: minPrune}
 }
 
 func invalid(field, reason string) error {
@@ -193,42 +226,71 @@ func parseOwner(label string) (k int, owner string) {
 // Acquire takes a free permit of req.Name, waiting up to req.Wait for one
 // when all are held. Acquisitions on one replica wait in its waiting room
 // for every permit at once (K waiters), in arrival order per permit, and a
-// permit released on this replica is handed to its first waiter.
+// permit released on this replica is handed to its first waiter. A
+// request whose LeaseID holds a permit of req.Name gets it back
+// (Permit.Reentered) instead of a second one.
 //
-// Errors: *lockcore.InvalidError; *MismatchError (ErrMismatch); *FullError
-// (ErrFull); or any error of the Locker's Acquire and Inspect
-// (*lockcore.QuorumError, lockcore.ErrTooManyWaiters, lockcore.ErrClosed, an
-// error matching ctx.Err()).
+// Errors: *lockcore.InvalidError (before any permit is read);
+// *MismatchError (ErrMismatch); *FullError (ErrFull); or any error of the
+// Locker's Acquire, Extend and Inspect (*lockcore.QuorumError,
+// lockcore.ErrTooManyWaiters, lockcore.ErrClosed, an error matching
+// ctx.Err()).
 func (s *Semaphores) Acquire(ctx context.Context, req AcquireRequest) (*Permit, error) {
 	if err := s.checkAcquire(req); err != nil {
 		return nil, err
 	}
-	view, err := s.read(ctx, req.Name, req.Permits+1)
+	view, err := s.read(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
 	if err := view.conflict(req.Name, req.Permits, -1); err != nil {
 		return nil, err
 	}
-	lr := lockcore.AcquireRequest{TTL: req.TTL, Owner: ownerLabel(req.Permits, req.Owner)}
-	i, lease, err := s.tryFree(ctx, req, lr, view)
-	if err == nil && lease == nil && req.Wait > 0 {
-		i, lease, err = s.waitAny(ctx, req, lr)
+	if req.LeaseID != "" {
+		if p, err := s.reenter(ctx, req, view); p != nil || err != nil {
+			return p, err
+		}
 	}
+	i, lease, err := s.grant(ctx, req, view)
 	if err != nil {
 		return nil, err
-	}
-	if lease == nil {
-		return nil, &FullError{Name: req.Name, Permits: req.Permits, RetryAfter: view.soonest(req.Permits)}
 	}
 	if err := s.recheck(ctx, req, i, lease); err != nil {
 		return nil, err
 	}
 	s.track(lease)
-	return &Permit{Name: req.Name, Index: i, Permits: req.Permits, ID: lease.ID, Token: lease.Token,
-		TTL: lease.TTL, Validity: lease.Validity, Expires: lease.Expires, Owner: req.Owner}, nil
+	return s.permit(req, i, lease), nil
 }
 
+// grant takes a permit that view saw free or, with req.Wait, the first
+// permit freed; *FullError when none is granted.
+func (s *Semaphores) grant(ctx context.Context, req AcquireRequest, view view) (int, *lockcore.Lease, error) {
+	lr := lockcore.AcquireRequest{TTL: req.TTL, Owner: ownerLabel(req.Permits, req.Owner), LeaseID: req.LeaseID}
+	i, lease, err := s.tryFree(ctx, req, lr, view)
+	if err != nil || lease != nil {
+		return i, lease, err
+	}
+	if req.Wait > 0 {
+		i, lease, err = s.waitAny(ctx, req, lr)
+		if err != nil || lease != nil {
+			return i, lease, err
+		}
+		// The wait ran out: the holders' remaining TTLs are those of
+		// now, not of the first read.
+		if view, err = s.read(ctx, req.Name); err != nil {
+			return 0, nil, err
+		}
+	}
+	return 0, nil, &FullError{Name: req.Name, Permits: req.Permits, RetryAfter: view.soonest(req.Permits)}
+}
+
+func (s *Semaphores) permit(req AcquireRequest, i int, lease *lockcore.Lease) *Permit {
+	return &Permit{Name: req.Name, Index: i, Permits: req.Permits, ID: lease.ID, Token: lease.Token,
+		TTL: lease.TTL, Validity: lease.Validity, Expires: lease.Expires, Owner: req.Owner, Reentered: lease.Reentered}
+}
+
+// checkAcquire refuses a request that Acquire would refuse, before any
+// read: a request's validity does not depend on the semaphore's state.
 func (s *Semaphores) checkAcquire(req AcquireRequest) error {
 	if err := checkName(req.Name); err != nil {
 		return err
@@ -239,7 +301,50 @@ func (s *Semaphores) checkAcquire(req AcquireRequest) error {
 	if !lockcore.ValidOwner(req.Owner) || len([]rune(req.Owner)) > MaxOwner {
 		return invalid("owner", "must be at most "+strconv.Itoa(MaxOwner)+" printable characters")
 	}
+	if req.LeaseID != "" && !lockcore.ValidLeaseID(req.LeaseID) {
+		return invalid("lease_id", "must be 16 to 128 characters of A-Z a-z 0-9 - _")
+	}
+	l, ok := s.locker.(limiter)
+	if !ok {
+		return nil
+	}
+	minTTL, maxTTL, maxWait := l.Limits()
+	if req.TTL < minTTL || req.TTL > maxTTL {
+		return invalid("ttl_ms", fmt.Sprintf("must be between %d and %d", minTTL.Milliseconds(), maxTTL.Milliseconds()))
+	}
+	if req.Wait < 0 || req.Wait > maxWait {
+		return invalid("wait_ms", fmt.Sprintf("must be between 0 and %d", maxWait.Milliseconds()))
+	}
 	return nil
+}
+
+// reenter looks for the permit of req.Name that req.LeaseID holds among
+// those view saw held with req.Permits, by extending each with that lease
+// (an extension by another lease changes nothing). It returns nil, nil
+// when the lease holds none.
+func (s *Semaphores) reenter(ctx context.Context, req AcquireRequest, v view) (*Permit, error) {
+	found := make([]*lockcore.Lease, len(v.held))
+	errs := make([]error, len(v.held))
+	s.each(len(v.held), func(i int) {
+		if v.held[i] == nil {
+			return
+		}
+		lease, err := s.locker.Extend(ctx, lockcore.ExtendRequest{Resource: lockcore.PermitResource(req.Name, i), LeaseID: req.LeaseID, TTL: req.TTL})
+		switch {
+		case err == nil:
+			found[i] = lease
+		case !errors.Is(err, lockcore.ErrNotHeld) && !errors.Is(err, lockcore.ErrHeldByOther):
+			errs[i] = err
+		}
+	})
+	for i, lease := range found {
+		if lease != nil {
+			lease.Reentered = true
+			s.track(lease)
+			return s.permit(req, i, lease), nil
+		}
+	}
+	return nil, errors.Join(errs...)
 }
 
 // tryFree tries, without waiting, the permits view saw free, lowest first.
@@ -262,7 +367,9 @@ func (s *Semaphores) tryFree(ctx context.Context, req AcquireRequest, lr lockcor
 }
 
 // waitAny waits for every permit at once and keeps the first granted; a
-// permit granted to one of the other waits is released again.
+// permit granted to one of the other waits is released again. If one wait
+// finds the waiting room full, the others end at once and, unless one was
+// granted meanwhile, ErrTooManyWaiters is returned.
 func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcore.AcquireRequest) (int, *lockcore.Lease, error) {
 	type result struct {
 		i     int
@@ -293,6 +400,11 @@ func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcor
 			s.releaseQuietly(ctx, r.lease) // a second grant: not needed
 		case firstErr == nil && !errors.Is(r.err, context.Canceled) && !errors.Is(r.err, lockcore.ErrTaken):
 			firstErr = r.err
+			if errors.Is(r.err, lockcore.ErrTooManyWaiters) {
+				// The room is full: the request is refused now, not
+				// after waiting on the permits that found room.
+				cancel()
+			}
 		}
 	}
 	if won.lease != nil {
@@ -304,10 +416,10 @@ func (s *Semaphores) waitAny(ctx context.Context, req AcquireRequest, lr lockcor
 	return 0, nil, firstErr
 }
 
-// recheck reads permits 0 to K again after permit i was granted, and gives
+// recheck reads every permit again after permit i was granted, and gives
 // the permit back when a holder records another K.
 func (s *Semaphores) recheck(ctx context.Context, req AcquireRequest, i int, lease *lockcore.Lease) error {
-	v, err := s.read(ctx, req.Name, req.Permits+1)
+	v, err := s.read(ctx, req.Name)
 	if err == nil {
 		err = v.conflict(req.Name, req.Permits, i)
 	}
@@ -366,8 +478,8 @@ func (s *Semaphores) Release(ctx context.Context, name string, i int, leaseID st
 }
 
 // Inspect reports who holds name's permits, never their lease ids. It reads
-// permits in batches until it finds a holder, whose K says how many there
-// are: an unheld semaphore costs lockcore.MaxPermits reads.
+// every permit (lockcore.MaxPermits locks, in one round when the Locker
+// can), so a holder of any K is shown.
 //
 // Errors: *lockcore.InvalidError; lockcore.ErrNotHeld when no permit is
 // held; or an error of the Locker's Inspect.
@@ -375,38 +487,26 @@ func (s *Semaphores) Inspect(ctx context.Context, name string) (*State, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	v := view{held: make([]*lockcore.LockInfo, lockcore.MaxPermits)}
-	k, read := 0, 0
-	for k == 0 && read < lockcore.MaxPermits {
-		to := min(read+inspectBatch, lockcore.MaxPermits)
-		if err := s.readRange(ctx, name, v, read, to); err != nil {
-			return nil, err
-		}
-		k, read = v.permits(), to
+	v, err := s.read(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	if k == 0 {
-		return nil, lockcore.ErrNotHeld
-	}
-	if k > read {
-		if err := s.readRange(ctx, name, v, read, k); err != nil {
-			return nil, err
-		}
-	}
-	st := &State{Name: name, Permits: k}
-	for i, info := range v.held[:k] {
+	st := &State{Name: name}
+	for i, info := range v.held {
 		if info == nil {
 			continue
 		}
-		_, owner := parseOwner(info.Owner)
-		st.Holders = append(st.Holders, Holder{Index: i, Token: info.Token, Owner: owner,
+		k, owner := parseOwner(info.Owner)
+		k = max(k, 1) // a label no semaphore wrote
+		st.Permits = max(st.Permits, k)
+		st.Holders = append(st.Holders, Holder{Index: i, Permits: k, Token: info.Token, Owner: owner,
 			TTL: info.TTL, Remaining: info.Remaining, Expires: info.Expires})
+	}
+	if st.Holders == nil {
+		return nil, lockcore.ErrNotHeld
 	}
 	return st, nil
 }
-
-// inspectBatch is how many permits Inspect reads at once while it looks for
-// a holder.
-const inspectBatch = 16
 
 // InUse returns how many permits granted or extended through these
 // Semaphores are held: not released through them and not past their
@@ -426,8 +526,21 @@ func (s *Semaphores) InUse() int {
 func (s *Semaphores) track(l *lockcore.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inUse[l.Resource] = tracked{lease: l.ID, expires: s.now().Add(l.Validity)}
+	now := s.now()
+	s.inUse[l.Resource] = tracked{lease: l.ID, expires: now.Add(l.Validity)}
+	if len(s.inUse) >= s.pruneAt {
+		for k, t := range s.inUse {
+			if !now.Before(t.expires) {
+				delete(s.inUse, k)
+			}
+		}
+		s.pruneAt = max(2*len(s.inUse), minPrune)
+	}
 }
+
+// minPrune is the smallest size of inUse at which track prunes it: the
+// map holds at most twice the permits in use, or minPrune entries.
+const minPrune = 256
 
 // untrack forgets the permit on resource if lease holds it: a release that
 // handed the permit to a waiter answers after the waiter's grant.
@@ -445,52 +558,63 @@ type view struct {
 	held []*lockcore.LockInfo
 }
 
-// read reads permits 0 to n-1 at once.
-func (s *Semaphores) read(ctx context.Context, name string, n int) (view, error) {
-	v := view{held: make([]*lockcore.LockInfo, n)}
-	return v, s.readRange(ctx, name, v, 0, n)
+// manyInspector is implemented by a Locker that reads many locks in one
+// round (*lockcore.Redlock over nodes that are lockcore.Listers).
+type manyInspector interface {
+	InspectMany(ctx context.Context, resources []string) ([]*lockcore.LockInfo, error)
 }
 
-// readParallel bounds the reads of one readRange in flight at once: a
-// semaphore of many permits must not put a burst of rounds on the nodes.
-const readParallel = 8
+// read reads every permit, 0 to lockcore.MaxPermits-1: in one round when
+// the Locker can (one node timeout for all 64), else one Inspect per
+// permit, readParallel at a time.
+func (s *Semaphores) read(ctx context.Context, name string) (view, error) {
+	names := make([]string, lockcore.MaxPermits)
+	for i := range names {
+		names[i] = lockcore.PermitResource(name, i)
+	}
+	if m, ok := s.locker.(manyInspector); ok {
+		held, err := m.InspectMany(ctx, names)
+		if !errors.Is(err, lockcore.ErrNotSupported) {
+			return view{held: held}, err
+		}
+	}
+	v := view{held: make([]*lockcore.LockInfo, lockcore.MaxPermits)}
+	errs := make([]error, lockcore.MaxPermits)
+	s.each(lockcore.MaxPermits, func(i int) {
+		info, err := s.locker.Inspect(ctx, names[i])
+		switch {
+		case err == nil:
+			v.held[i] = info
+		case !errors.Is(err, lockcore.ErrNotHeld):
+			errs[i] = err
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
 
-// readRange reads permits from to to-1 into v, readParallel at a time.
-func (s *Semaphores) readRange(ctx context.Context, name string, v view, from, to int) error {
-	errs := make([]error, to-from)
+// readParallel bounds the calls of one each in flight at once: a
+// semaphore's reads, one round per permit when the Locker cannot read
+// many at once, must not put a burst of 64 rounds on the nodes.
+const readParallel = 16
+
+// each calls fn(0) to fn(n-1), readParallel at a time, and returns when
+// all have returned.
+func (s *Semaphores) each(n int, fn func(i int)) {
 	slots := make(chan struct{}, readParallel)
 	var wg sync.WaitGroup
-	for i := from; i < to; i++ {
+	for i := range n {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			info, err := s.locker.Inspect(ctx, lockcore.PermitResource(name, i))
-			switch {
-			case err == nil:
-				v.held[i] = info
-			case !errors.Is(err, lockcore.ErrNotHeld):
-				errs[i-from] = err
-			}
+			fn(i)
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// permits returns the K a holder in v records, 0 when none is held.
-func (v view) permits() int {
-	for _, info := range v.held {
-		if info != nil {
-			k, _ := parseOwner(info.Owner)
-			return max(k, 1) // a label no semaphore wrote: show permit 0 alone
-		}
-	}
-	return 0
 }
 
 // conflict returns a *MismatchError for the first holder in v, other than

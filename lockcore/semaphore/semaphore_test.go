@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -45,10 +46,11 @@ func redisNodes(t *testing.T) []lockcore.Node {
 }
 
 func newSemaphores(t *testing.T, nodes []lockcore.Node) (*lockcore.Redlock, *semaphore.Semaphores) {
-	// Node calls get more than the 50ms default, as in client's tests: a
-	// loaded machine running the race detector next to redis-servers can
-	// be slow to answer.
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 150 * time.Millisecond, MinTTL: 300 * time.Millisecond})
+	// Node calls get far more than the 50ms default: a loaded machine running
+	// the race detector next to redis-servers can be slow to answer, and
+	// every acquisition reads all 64 permits twice, so a stall of the
+	// machine meets many calls at once.
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: time.Second, MinTTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func TestADifferentKIsRefused(t *testing.T) {
 			{"one permit, waiting", 1, time.Second},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				_, err := s.Acquire(ctx, semaphore.AcquireRequest{Name: "pool", Permits: tc.k, TTL: time.Second, Wait: tc.wait})
+				_, err := s.Acquire(ctx, semaphore.AcquireRequest{Name: "pool", Permits: tc.k, TTL: 2 * time.Second, Wait: tc.wait})
 				var mm *semaphore.MismatchError
 				if !errors.As(err, &mm) || mm.Held != 3 || mm.Asked != tc.k || mm.HolderPermit != held.Index {
 					t.Fatalf("K=%d against a holder of K=3: %v", tc.k, err)
@@ -146,44 +148,55 @@ func TestADifferentKIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No permit held: the semaphore does not exist, and K is set anew.
-		if p := mustAcquire(t, s, semaphore.AcquireRequest{Name: "pool", Permits: 2, TTL: time.Second}); p.Permits != 2 {
+		if p := mustAcquire(t, s, semaphore.AcquireRequest{Name: "pool", Permits: 2, TTL: 2 * time.Second}); p.Permits != 2 {
 			t.Fatalf("%+v", p)
 		}
 	})
 }
 
-// A holder with the larger K that took a permit beyond the smaller K's
-// first read is seen by the second read, and the permit taken is given back.
+// A holder with another K that came in after the first read, before the
+// grant, is seen by the second read, wherever its permit lies (beyond the
+// request's K too: two first acquisitions at once), and the permit taken
+// is given back.
 func TestTheSecondReadSeesAHolderWithAnotherK(t *testing.T) {
-	nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
-	rl, err := lockcore.New(nodes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rl.Close()
-	intruder := &grantOnFirstAcquire{Locker: rl, rl: rl}
-	s := semaphore.New(intruder)
-	_, err = s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: 2, TTL: time.Second})
-	if !errors.Is(err, semaphore.ErrMismatch) {
-		t.Fatalf("acquire while a K=5 holder came in: %v, want ErrMismatch", err)
-	}
-	if _, err := rl.Inspect(context.Background(), lockcore.PermitResource("race", 0)); !errors.Is(err, lockcore.ErrNotHeld) {
-		t.Fatalf("permit 0 after the refusal: %v, want it given back", err)
+	for _, c := range []struct {
+		asked, other, otherPermit int
+	}{
+		{asked: 2, other: 5, otherPermit: 1},
+		{asked: 1, other: 64, otherPermit: 63}, // beyond every read of K+1 permits
+		{asked: 5, other: 2, otherPermit: 1},
+	} {
+		t.Run(fmt.Sprintf("K=%d,other K=%d on permit %d", c.asked, c.other, c.otherPermit), func(t *testing.T) {
+			nodes := []lockcore.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+			rl, _ := newSemaphores(t, nodes)
+			intruder := &grantOnFirstAcquire{Locker: rl, rl: rl, permit: c.otherPermit, label: strconv.Itoa(c.other) + " other"}
+			s := semaphore.New(intruder)
+			_, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "race", Permits: c.asked, TTL: 2 * time.Second})
+			if !errors.Is(err, semaphore.ErrMismatch) {
+				t.Fatalf("acquire while a K=%d holder came in: %v, want ErrMismatch", c.other, err)
+			}
+			if _, err := rl.Inspect(context.Background(), lockcore.PermitResource("race", 0)); !errors.Is(err, lockcore.ErrNotHeld) {
+				t.Fatalf("permit 0 after the refusal: %v, want it given back", err)
+			}
+		})
 	}
 }
 
-// grantOnFirstAcquire lets a K=5 holder take permit 1 just before the
-// first Acquire goes through: after the first read, before the second.
+// grantOnFirstAcquire lets another holder take permit (owner label) just
+// before the first Acquire goes through: after the first read, before the
+// second.
 type grantOnFirstAcquire struct {
 	semaphore.Locker
-	rl   *lockcore.Redlock
-	done bool
+	rl     *lockcore.Redlock
+	permit int
+	label  string
+	done   bool
 }
 
 func (g *grantOnFirstAcquire) Acquire(ctx context.Context, req lockcore.AcquireRequest) (*lockcore.Lease, error) {
 	if !g.done {
 		g.done = true
-		if _, err := g.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: lockcore.PermitResource("race", 1), TTL: time.Minute, Owner: "5 other"}); err != nil {
+		if _, err := g.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: lockcore.PermitResource("race", g.permit), TTL: time.Minute, Owner: g.label}); err != nil {
 			return nil, err
 		}
 	}
@@ -230,8 +243,8 @@ func TestAWaiterGetsTheFirstPermitFreed(t *testing.T) {
 // out: a waiter then gets it.
 func TestAPermitWhoseHolderDiedIsFreeAgainAfterItsTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ *lockcore.Redlock, s *semaphore.Semaphores) {
-		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 300 * time.Millisecond})
-		p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: time.Second, Wait: 20 * time.Second})
+		dead := mustAcquire(t, s, semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 2 * time.Second})
+		p, err := s.Acquire(context.Background(), semaphore.AcquireRequest{Name: "d", Permits: 1, TTL: 2 * time.Second, Wait: 20 * time.Second})
 		if err != nil || p.Index != 0 || p.Token <= dead.Token {
 			t.Fatalf("%+v, %v", p, err)
 		}
@@ -277,10 +290,10 @@ func TestBadRequestsAreInvalid(t *testing.T) {
 		req   semaphore.AcquireRequest
 		field string
 	}{
-		{"no permits", semaphore.AcquireRequest{Name: "a", Permits: 0, TTL: time.Second}, "permits"},
-		{"too many permits", semaphore.AcquireRequest{Name: "a", Permits: lockcore.MaxPermits + 1, TTL: time.Second}, "permits"},
-		{"a permit's name", semaphore.AcquireRequest{Name: "a/1", Permits: 1, TTL: time.Second}, "name"},
-		{"an owner too long", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: time.Second, Owner: longOwner()}, "owner"},
+		{"no permits", semaphore.AcquireRequest{Name: "a", Permits: 0, TTL: 2 * time.Second}, "permits"},
+		{"too many permits", semaphore.AcquireRequest{Name: "a", Permits: lockcore.MaxPermits + 1, TTL: 2 * time.Second}, "permits"},
+		{"a permit's name", semaphore.AcquireRequest{Name: "a/1", Permits: 1, TTL: 2 * time.Second}, "name"},
+		{"an owner too long", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: 2 * time.Second, Owner: longOwner()}, "owner"},
 		{"a TTL too short", semaphore.AcquireRequest{Name: "a", Permits: 1, TTL: time.Millisecond}, "ttl_ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
