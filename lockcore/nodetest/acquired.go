@@ -27,54 +27,71 @@ func (s *suite) watchAcquired(t *testing.T) {
 	if released == nil {
 		t.Skip("node does not implement lockcore.Watcher (the test orders grants by releases)")
 	}
-	var grants atomic.Int64
-	stop, err := aw.WatchAcquired(ctx, r, func() { grants.Add(1) })
+	w := &grantWatch{t: t, n: n, r: r, released: released}
+	stop, err := aw.WatchAcquired(ctx, r, func() { w.grants.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	release := func(lease string) {
-		t.Helper()
-		if got, err := n.Release(ctx, r, lease, 0); err != nil || got.Status != lockcore.StatusOK {
-			t.Fatalf("Release(%s) = %+v, %v; want ok", lease, got, err)
-		}
-		select {
-		case <-released:
-		case <-time.After(10 * time.Second):
-			t.Fatal("release not announced within 10s")
-		}
-	}
-	wantGrants := func(want int64, after string) {
-		t.Helper()
-		if got := grants.Load(); got != want {
-			t.Fatalf("%d grants announced %s, want %d", got, after, want)
-		}
-	}
 
-	if got := s.acq(t, n, r, leaseA, ttl); got.Status != lockcore.StatusGranted {
-		t.Fatalf("Acquire(A) = %+v, want granted", got)
-	}
-	if got := s.acq(t, n, r, leaseA, ttl); got.Status != lockcore.StatusReentered {
-		t.Fatalf("Acquire(A) again = %+v, want reentered", got)
-	}
-	if got := s.acq(t, n, r, leaseB, ttl); got.Status != lockcore.StatusTaken {
-		t.Fatalf("Acquire(B) = %+v, want taken", got)
-	}
-	release(leaseA)
-	wantGrants(1, "by a grant, a re-entry, a refusal and a release")
+	s.expectStatus(t, n, r, leaseA, lockcore.StatusGranted, "Acquire(A)")
+	s.expectStatus(t, n, r, leaseA, lockcore.StatusReentered, "Acquire(A) again")
+	s.expectStatus(t, n, r, leaseB, lockcore.StatusTaken, "Acquire(B)")
+	w.release(leaseA)
+	w.want(1, "by a grant, a re-entry, a refusal and a release")
 
 	if h, ok := n.(lockcore.HandOffer); ok {
 		mustGrant(t, n, nodeAcq(r, holder, replicaA))
 		if _, got, err := h.HandOff(ctx, holder, 0, nodeAcq(r, next, replicaA)); err != nil || got.Status != lockcore.StatusGranted {
 			t.Fatalf("HandOff = %+v, %v; want granted", got, err)
 		}
-		release(next)
-		wantGrants(3, "after a grant and a hand-off")
+		w.release(next)
+		w.want(3, "after a grant and a hand-off")
 	}
 
-	before := grants.Load()
+	before := w.grants.Load()
 	stop()
 	s.acq(t, n, r, leaseA, ttl)
-	release(leaseA)
-	wantGrants(before, "after stop")
+	w.release(leaseA)
+	w.want(before, "after stop")
+}
+
+// expectStatus acquires r for lease and fails the test unless the node
+// answers want.
+func (s *suite) expectStatus(t *testing.T, n lockcore.Node, r, lease string, want lockcore.NodeStatus, what string) {
+	t.Helper()
+	if got := s.acq(t, n, r, lease, ttl); got.Status != want {
+		t.Fatalf("%s = %+v, want status %v", what, got, want)
+	}
+}
+
+// grantWatch counts the grants announced on r and releases r in the order
+// the node announces it.
+type grantWatch struct {
+	t        *testing.T
+	n        lockcore.Node
+	r        string
+	released <-chan struct{}
+	grants   atomic.Int64
+}
+
+// release releases r for lease and waits for its announcement: every
+// grant announced before it has then been counted.
+func (w *grantWatch) release(lease string) {
+	w.t.Helper()
+	if got, err := w.n.Release(context.Background(), w.r, lease, 0); err != nil || got.Status != lockcore.StatusOK {
+		w.t.Fatalf("Release(%s) = %+v, %v; want ok", lease, got, err)
+	}
+	select {
+	case <-w.released:
+	case <-time.After(10 * time.Second):
+		w.t.Fatal("release not announced within 10s")
+	}
+}
+
+func (w *grantWatch) want(n int64, after string) {
+	w.t.Helper()
+	if got := w.grants.Load(); got != n {
+		w.t.Fatalf("%d grants announced %s, want %d", got, after, n)
+	}
 }
