@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/xid"
 	"github.com/rs/zerolog"
@@ -36,6 +37,8 @@ type reqState struct {
 	permit int
 	// idHeader backs the Request-Id header's value.
 	idHeader [1]string
+	// in is the contract middleware's openapi3filter input.
+	in openapi3filter.RequestValidationInput
 }
 
 type ctxKey int
