@@ -421,28 +421,6 @@ func (c *ClusterNode) Inspect(ctx context.Context, resource string) (lockcore.No
 	return inspectReply(res)
 }
 
-// inspectReply maps inspect.lua's reply.
-func inspectReply(res any) (lockcore.NodeLock, error) {
-	arr, ok := res.([]any)
-	switch {
-	case !ok:
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: inspect replied %T, not an array", res)
-	case len(arr) == 0:
-		return lockcore.NodeLock{}, nil
-	case len(arr) == 1 && arr[0] == int64(outReply):
-		return lockcore.NodeLock{}, lockcore.ErrQuarantined
-	case len(arr) != 5:
-		return lockcore.NodeLock{}, fmt.Errorf("redisnode: inspect replied %d values, want 5", len(arr))
-	}
-	lease, _ := arr[0].(string)
-	tok, _ := arr[1].(int64)
-	owner, _ := arr[2].(string)
-	ttl, _ := arr[3].(int64)
-	pttl, _ := arr[4].(int64)
-	return lockcore.NodeLock{Found: true, Lease: lease, Token: tok, Owner: owner,
-		TTL: time.Duration(ttl) * time.Millisecond, Remaining: time.Duration(pttl) * time.Millisecond}, nil
-}
-
 // Ping implements lockcore.Node: every primary must answer.
 func (c *ClusterNode) Ping(ctx context.Context) error {
 	return timedOut(ctx, c.cc.ForEachMaster(ctx, func(ctx context.Context, s *redis.Client) error {

@@ -543,6 +543,11 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 	if err != nil {
 		return lockcore.NodeLock{}, err
 	}
+	return inspectReply(res)
+}
+
+// inspectReply maps inspect.lua's reply (a Node's and a ClusterNode's).
+func inspectReply(res any) (lockcore.NodeLock, error) {
 	arr, ok := res.([]any)
 	switch {
 	case !ok:
