@@ -91,10 +91,8 @@ type operation struct {
 //
 // Clients send the same few bodies again and again ({"ttl_ms":30000}); a
 // body check decodes the JSON into a generic value and walks the schema.
-// Remembering them took BenchmarkAcquireRelease (an acquire and a release
-// over three memnodes) from 11.5 to 9.4 KB and from 119 to 96 allocations,
-// and its CPU per operation down by 13 % (the two builds alternating 8
-// times on 2026-11-26, the median of the 8 ratios; BENCHMARKS.md).
+// The figures behind keeping it are in docs/design.md ("The contract check
+// remembers what passed").
 //
 // It remembers a path parameter's values the same way (a resource's name,
 // still escaped as the route finder hands it on): what
