@@ -134,8 +134,12 @@ type ClusterNode struct {
 	shards   map[string]*redis.Client // per address, for Check and listing
 	// lastPrimaries are the primaries' addresses the last slot map named.
 	lastPrimaries []string
-	hub           *hub
+	hub           *hub         // PUBLISH announcements (see cluster_pubsub.go)
+	router        *shardRouter // SPUBLISH announcements
 	closed        bool
+	// pubMode is how announcements are published and heard (see
+	// cluster_pubsub.go): pubUnknown until the first script or watch.
+	pubMode atomic.Int32
 }
 
 var (
@@ -211,11 +215,14 @@ func (c *ClusterNode) String() string { return c.name }
 // Close closes the node's connections and ends its watches.
 func (c *ClusterNode) Close() error {
 	c.mu.Lock()
-	h, shards := c.hub, c.shards
-	c.hub, c.shards, c.closed = nil, map[string]*redis.Client{}, true
+	h, rt, shards := c.hub, c.router, c.shards
+	c.hub, c.router, c.shards, c.closed = nil, nil, map[string]*redis.Client{}, true
 	c.mu.Unlock()
 	if h != nil {
 		h.close()
+	}
+	if rt != nil {
+		rt.close()
 	}
 	for _, s := range shards {
 		_ = s.Close()
@@ -255,6 +262,10 @@ const clusterRetryWait = 2 * time.Millisecond
 // not run), sending it again only while the Cluster answers that it did
 // not run (notRun) and ctx lasts.
 func (c *ClusterNode) evalOnce(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
+	s, err := c.pubScript(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	sha := true
 	for attempt := 1; ; attempt++ {
 		head := []any{"evalsha", s.Hash()}
@@ -380,8 +391,8 @@ func (c *ClusterNode) Extend(ctx context.Context, resource, lease string, ttl ti
 }
 
 // Release implements lockcore.Node with release.lua. The release is
-// published on the Cluster's bus (PUBLISH), which every shard's
-// subscribers hear.
+// published on the lock's shard (SPUBLISH) on Redis 7, else on the
+// Cluster's bus (see cluster_pubsub.go).
 func (c *ClusterNode) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
 	keys := []string{lockKey(resource), tokensKey(resource)}
 	v, err := c.run(ctx, releaseScript, keys, 2, lease, ifToken)

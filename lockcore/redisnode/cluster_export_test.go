@@ -15,3 +15,8 @@ var ErrMigrating = errMigrating
 // SetBeforeScan makes ScanLocks run f before its SCAN, with the index of
 // the primary it scans.
 func (c *ClusterNode) SetBeforeScan(f func(shard int)) { c.beforeScan = f }
+
+// UseBroadcast makes the node publish with PUBLISH and hear announcements
+// over one pub/sub connection, as on a Cluster older than Redis 7. It must
+// be called before the node's first script or watch.
+func (c *ClusterNode) UseBroadcast() { c.pubMode.Store(pubBroadcast) }

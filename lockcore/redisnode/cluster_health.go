@@ -44,7 +44,11 @@ func (c *ClusterNode) slotOwners(ctx context.Context) ([]clusterShard, string, e
 	for _, sh := range out {
 		c.lastPrimaries = append(c.lastPrimaries, sh.addr)
 	}
+	rt, primaries := c.router, slices.Clone(c.lastPrimaries)
 	c.mu.Unlock()
+	if rt != nil {
+		rt.reconcile(slots, primaries)
+	}
 	return out, fp, nil
 }
 

@@ -13,45 +13,6 @@ import (
 	"github.com/lockgate/lockgate/lockcore"
 )
 
-// Watch implements lockcore.Watcher for a Cluster. Releases are published
-// with PUBLISH, which a Cluster delivers to the subscribers of every
-// shard, so one pub/sub connection, to any node of the Cluster, hears all
-// of them (see hub); a lost connection is made again to another node and
-// every watch is notified, as for Node. Sharded Pub/Sub (SPUBLISH) would
-// keep each release on its shard; it needs the release scripts to publish
-// with it, which Node's single servers do not need.
-func (c *ClusterNode) Watch(ctx context.Context, resource string, notify func()) (func(), error) {
-	h := c.getHub()
-	if h == nil {
-		return nil, errNodeClosed
-	}
-	return h.watch(ctx, releasedKey(resource), notify)
-}
-
-// WatchAcquired implements lockcore.AcquireWatcher as Watch does, on the
-// resource's grant channel, over the same hub.
-func (c *ClusterNode) WatchAcquired(ctx context.Context, resource string, notify func()) (func(), error) {
-	h := c.getHub()
-	if h == nil {
-		return nil, errNodeClosed
-	}
-	return h.watch(ctx, acquiredKey(resource), notify)
-}
-
-// getHub returns the node's hub, made on first use, or nil once the node is
-// closed.
-func (c *ClusterNode) getHub() *hub {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	if c.hub == nil {
-		c.hub = newHub(c.cc.Subscribe(context.Background()))
-	}
-	return c.hub
-}
-
 // errMigrating is what a listing step fails with when a slot of the
 // Cluster was migrating around it.
 var errMigrating = errors.New("redisnode: a slot of the Cluster is migrating (a reshard is under way); " +

@@ -35,6 +35,13 @@ import (
 // has left, the next watch sends a new one.
 type hub struct {
 	ps *redis.PubSub
+	// sharded: the channels are shard channels (SSUBSCRIBE, see
+	// shardRouter), each SSUBSCRIBE naming channels of one slot.
+	sharded bool
+	// lost, when not nil, is told of a channel whose confirmed
+	// subscription the server ended by itself (a sharded channel whose slot
+	// left the server); it runs on its own goroutine.
+	lost func(channel string)
 
 	mu     sync.Mutex
 	chans  map[string]*hubChan // resource channel → state
@@ -62,6 +69,10 @@ type hubSub struct {
 	sent   bool
 	done   chan struct{}
 	err    error
+	// renotify: the SUBSCRIBE is sent again for watches already subscribed
+	// (see reconnected); its confirmation notifies them.
+	renotify bool
+	channel  string
 }
 
 type watch struct{ notify func() }
@@ -97,19 +108,22 @@ func (n *Node) getHub() *hub {
 		return nil
 	}
 	if n.hub == nil {
-		n.hub = newHub(n.rdb.Subscribe(context.Background()))
+		n.hub = newHub(n.rdb.Subscribe(context.Background()), false, nil)
 	}
 	return n.hub
 }
 
-// newHub starts a hub on the pub/sub connection ps.
-func newHub(ps *redis.PubSub) *hub {
+// newHub starts a hub on the pub/sub connection ps, of shard channels
+// when sharded; lost is as for hub.lost.
+func newHub(ps *redis.PubSub, sharded bool, lost func(channel string)) *hub {
 	h := &hub{
-		ps:     ps,
-		chans:  map[string]*hubChan{},
-		subs:   map[string]*hubSub{},
-		queued: make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		ps:      ps,
+		sharded: sharded,
+		lost:    lost,
+		chans:   map[string]*hubChan{},
+		subs:    map[string]*hubSub{},
+		queued:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
 	}
 	go h.run(h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
 	go h.send()
@@ -136,8 +150,11 @@ func (h *hub) run(ch <-chan any) {
 	for msg := range ch {
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				h.onSubscribed(m.Channel)
+			case "sunsubscribe":
+				h.onUnsubscribed(m.Channel)
 			}
 		case *redis.Message:
 			h.mu.Lock()
@@ -158,10 +175,51 @@ func (h *hub) onSubscribed(channel string) {
 	if s := h.subs[channel]; s != nil {
 		delete(h.subs, channel)
 		close(s.done)
+		if c := h.chans[s.channel]; s.renotify && c != nil && c.sub == s {
+			c.notifyAll()
+		}
 		return
 	}
 	if c := h.chans[channel]; c != nil && c.sub != nil && c.sub.confirmed() {
 		c.notifyAll()
+	}
+}
+
+// onUnsubscribed handles a sharded channel's SUNSUBSCRIBE confirmation.
+// One that send did not ask for, of a channel whose watches' subscription
+// was confirmed, comes from the server: the channel's slot left it (a
+// reshard or a failover), and no message of the channel will come here.
+// The hub's lost callback moves the watches to the slot's new server.
+func (h *hub) onUnsubscribed(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[channel]
+	if c == nil || !c.subscribed || len(c.watches) == 0 || c.sub == nil || !c.sub.confirmed() || h.lost == nil {
+		return
+	}
+	// The next watch here (the slot may come back) subscribes afresh.
+	c.sub, c.subscribed = nil, false
+	go h.lost(channel)
+}
+
+// reconnected is told that the pub/sub connection was made again. go-redis
+// subscribes every channel it knows again in one command, which a Cluster
+// refuses (CROSSSLOT) for shard channels of several slots; so each
+// channel watched is subscribed again here, one slot at a time, and its
+// watches are notified once that is confirmed (a message may have been
+// missed meanwhile). A SUBSCRIBE not yet confirmed is sent again as it is.
+func (h *hub) reconnected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for channel, c := range h.chans {
+		switch {
+		case len(c.watches) == 0 || c.sub == nil:
+		case c.sub.confirmed():
+			h.newSub(channel, c, true)
+		case c.sub.sent && !c.sub.failed():
+			c.sub.sent = false
+			h.markDirty(channel, c)
+		}
 	}
 }
 
@@ -241,7 +299,11 @@ func (h *hub) sendOne() bool {
 	ctx := context.Background()
 	switch act {
 	case hubUnsubscribe:
-		_ = h.ps.Unsubscribe(ctx, channel)
+		if h.sharded {
+			_ = h.ps.SUnsubscribe(ctx, channel)
+		} else {
+			_ = h.ps.Unsubscribe(ctx, channel)
+		}
 	case hubSubscribe:
 		h.subscribe(ctx, channel, sub)
 	}
@@ -283,10 +345,16 @@ func (h *hub) takeDirty() (channel string, sub *hubSub, act hubAction, ok bool) 
 // subscribe sends sub's SUBSCRIBE of channel and its marker, and fails sub
 // when it could not be sent.
 func (h *hub) subscribe(ctx context.Context, channel string, sub *hubSub) {
-	err := h.ps.Subscribe(ctx, channel, sub.marker)
+	var err error
 	// The marker has done its work once confirmed (or never will be);
 	// the resource channel stays subscribed.
-	_ = h.ps.Unsubscribe(ctx, sub.marker)
+	if h.sharded {
+		err = h.ps.SSubscribe(ctx, channel, sub.marker)
+		_ = h.ps.SUnsubscribe(ctx, sub.marker)
+	} else {
+		err = h.ps.Subscribe(ctx, channel, sub.marker)
+		_ = h.ps.Unsubscribe(ctx, sub.marker)
+	}
 	if err == nil {
 		return
 	}
@@ -331,6 +399,20 @@ var (
 	_ lockcore.AcquireWatcher = (*ClusterNode)(nil)
 )
 
+// newSub makes the SUBSCRIBE that c's watches rely on from now and queues
+// it for send. Its marker channel begins with "lockgate:hub:", so the first
+// brace in it is channel's: the marker hashes to channel's slot, as a
+// sharded SSUBSCRIBE of both requires. h.mu must be held.
+func (h *hub) newSub(channel string, c *hubChan, renotify bool) *hubSub {
+	h.seq++
+	sub := &hubSub{marker: "lockgate:hub:" + strconv.FormatUint(h.seq, 10) + ":" + channel,
+		done: make(chan struct{}), renotify: renotify, channel: channel}
+	c.sub = sub
+	h.subs[sub.marker] = sub
+	h.markDirty(channel, c)
+	return sub
+}
+
 // watch subscribes notify to channel (a resource's release or grant
 // channel) on h's connection.
 func (h *hub) watch(ctx context.Context, channel string, notify func()) (func(), error) {
@@ -347,11 +429,7 @@ func (h *hub) watch(ctx context.Context, channel string, notify func()) (func(),
 	if sub == nil || sub.failed() {
 		// The first watch since the last UNSUBSCRIBE, or the others'
 		// SUBSCRIBE failed: ask for one.
-		h.seq++
-		sub = &hubSub{marker: "lockgate:hub:" + strconv.FormatUint(h.seq, 10) + ":" + channel, done: make(chan struct{})}
-		c.sub = sub
-		h.subs[sub.marker] = sub
-		h.markDirty(channel, c)
+		sub = h.newSub(channel, c, false)
 	}
 	h.mu.Unlock()
 
