@@ -126,6 +126,7 @@ func beatKey(slot int) string { return "lockgate:{" + lockcore.SlotTag(slot) + "
 // shardProbe is what Check read from one primary.
 type shardProbe struct {
 	runID, refusing string
+	version         string // redis_version
 }
 
 // probeShard reads one primary's INFO and slot map and writes its beat
@@ -146,7 +147,7 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 		return shardProbe{}, timedOut(ctx, err)
 	}
 	info := inf.Val()
-	p := shardProbe{runID: infoString(info, "run_id")}
+	p := shardProbe{runID: infoString(info, "run_id"), version: infoString(info, "redis_version")}
 	if role := infoString(info, "role"); role != "master" {
 		return p, fmt.Errorf("redisnode: %s is a %s, no longer a primary (the Cluster is failing over)", sh.addr, role)
 	}
@@ -228,6 +229,7 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 		return nil, "", err
 	}
 	ids = map[string]bool{}
+	mode := pubSharded
 	for _, sh := range shards {
 		p, err := c.probeShard(ctx, sh, fp)
 		if err != nil {
@@ -235,7 +237,11 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 		}
 		ids[p.runID] = true
 		refusing = cmp.Or(refusing, p.refusing)
+		if !shardedPubSubVersion(p.version) {
+			mode = pubBroadcast
+		}
 	}
+	c.pubMode.CompareAndSwap(pubUnknown, mode) // see cluster_pubsub.go
 	return ids, refusing, nil
 }
 

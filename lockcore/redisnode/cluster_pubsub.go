@@ -24,8 +24,8 @@ import (
 // (shardRouter). On an older Cluster the scripts publish with PUBLISH,
 // which the Cluster's bus copies to every node, and one pub/sub connection
 // to any node hears them all (the hub of getHub). The choice is made once
-// per ClusterNode, from the primaries' versions, before the first script
-// or watch, and kept: scripts and watches of one gateway always agree.
+// per ClusterNode, from the primaries' versions, by its first Check (or
+// first script or watch, if earlier), and kept: scripts and watches of one gateway always agree.
 // Gateways that chose differently (a Cluster upgraded to Redis 7 while
 // some ran) do not hear each other's announcements, and their waiters
 // fall back to polling until they are restarted.
@@ -62,8 +62,9 @@ func (c *ClusterNode) pubScript(ctx context.Context, s *redis.Script) (*redis.Sc
 	return s, nil
 }
 
-// shardedPubSub reports whether the node uses sharded Pub/Sub, reading
-// the primaries' versions the first time (see cluster_pubsub.go).
+// shardedPubSub reports whether the node uses sharded Pub/Sub. The first
+// Check that probes every primary chooses (from their versions); a script
+// or watch before that reads the versions itself.
 func (c *ClusterNode) shardedPubSub(ctx context.Context) (bool, error) {
 	if m := c.pubMode.Load(); m != pubUnknown {
 		return m == pubSharded, nil
