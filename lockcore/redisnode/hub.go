@@ -214,9 +214,11 @@ func (h *hub) reconnected() {
 	for channel, c := range h.chans {
 		switch {
 		case len(c.watches) == 0 || c.sub == nil:
-		case c.sub.confirmed():
+		case c.sub.confirmed(), c.sub.failed():
+			// A failed one (its write met the connection lost again)
+			// would otherwise never be sent again.
 			h.newSub(channel, c, true)
-		case c.sub.sent && !c.sub.failed():
+		case c.sub.sent:
 			c.sub.sent = false
 			h.markDirty(channel, c)
 		}
@@ -428,8 +430,10 @@ func (h *hub) watch(ctx context.Context, channel string, notify func()) (func(),
 	sub := c.sub
 	if sub == nil || sub.failed() {
 		// The first watch since the last UNSUBSCRIBE, or the others'
-		// SUBSCRIBE failed: ask for one.
-		sub = h.newSub(channel, c, false)
+		// SUBSCRIBE failed: ask for one. Watches that a failed
+		// re-subscription (see reconnected) left unnotified are
+		// notified once it is confirmed.
+		sub = h.newSub(channel, c, sub != nil && sub.renotify)
 	}
 	h.mu.Unlock()
 
