@@ -36,12 +36,16 @@ const (
 )
 
 // shardedScripts maps the hash of each script that publishes to its
-// variant that publishes with SPUBLISH.
+// variant that publishes with SPUBLISH. The variant calls it with
+// redis.pcall: the publish comes after the script's writes, which Redis
+// does not undo, so a primary that cannot run it (a Redis 6 replica
+// promoted after the mode was chosen) must not turn a done change into an
+// error; the announcement is lost and waiters find the change by polling.
 var shardedScripts = func() map[string]*redis.Script {
 	m := map[string]*redis.Script{}
 	for _, src := range scriptSources {
 		if strings.Contains(src, "redis.call('PUBLISH'") {
-			sh := strings.ReplaceAll(src, "redis.call('PUBLISH'", "redis.call('SPUBLISH'")
+			sh := strings.ReplaceAll(src, "redis.call('PUBLISH'", "redis.pcall('SPUBLISH'")
 			m[redis.NewScript(src).Hash()] = redis.NewScript(sh)
 			scriptSources[redis.NewScript(sh).Hash()] = sh
 		}
@@ -157,7 +161,7 @@ func (c *ClusterNode) getRouter() *shardRouter {
 		return nil
 	}
 	if c.router == nil {
-		c.router = &shardRouter{c: c, hubs: map[string]*shardHub{}, watches: map[string]map[*routed]struct{}{}, moving: map[string]bool{}}
+		c.router = &shardRouter{c: c, hubs: map[string]*shardHub{}, watches: map[string]map[*routed]struct{}{}, moving: map[string]int{}}
 	}
 	return c.router
 }
@@ -183,7 +187,7 @@ type shardRouter struct {
 	mu      sync.Mutex
 	hubs    map[string]*shardHub            // by primary address
 	watches map[string]map[*routed]struct{} // by channel
-	moving  map[string]bool                 // channels a move runs for
+	moving  map[string]int                  // channels a move runs for: moveRunning or moveAgain
 	closed  bool
 }
 
@@ -192,6 +196,7 @@ type shardHub struct {
 	h      *hub
 	client *redis.Client
 	conns  atomic.Int32 // connections made: more than one is a reconnect
+	users  int          // subscribes under way (guarded by shardRouter.mu)
 	// made is h, for the connection hook, which may run before h is set.
 	made atomic.Pointer[hub]
 }
@@ -248,20 +253,26 @@ func (r *shardRouter) hub(addr string) *shardHub {
 
 // subscribe subscribes notify to channel on the hub of the primary at
 // addr, waiting at most shardSubscribeWait for the confirmation.
-func (r *shardRouter) subscribe(ctx context.Context, addr, channel string, notify func()) (func(), error) {
+func (r *shardRouter) subscribe(ctx context.Context, addr, channel string, notify func()) (func(), *hub, error) {
 	r.mu.Lock()
 	sh := r.hub(addr)
+	if sh != nil {
+		sh.users++ // reconcile leaves it open meanwhile
+	}
 	r.mu.Unlock()
 	if sh == nil {
-		return nil, errNodeClosed
+		return nil, nil, errNodeClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, shardSubscribeWait)
 	defer cancel()
 	stop, err := sh.h.watch(ctx, channel, notify)
+	r.mu.Lock()
+	sh.users--
+	r.mu.Unlock()
 	if err != nil {
 		r.c.cc.ReloadState(context.Background()) // the routes may be stale
 	}
-	return stop, err
+	return stop, sh.h, err
 }
 
 // watch subscribes notify to channel, of slot, on the primary that serves
@@ -271,7 +282,7 @@ func (r *shardRouter) watch(ctx context.Context, slot int, channel string, notif
 	if err != nil {
 		return nil, err
 	}
-	stop, err := r.subscribe(ctx, addr, channel, notify)
+	stop, h, err := r.subscribe(ctx, addr, channel, notify)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +297,14 @@ func (r *shardRouter) watch(ctx context.Context, slot int, channel string, notif
 		r.watches[channel] = map[*routed]struct{}{}
 	}
 	r.watches[channel][w] = struct{}{}
+	// The primary may have ended the subscription (its slot left) after
+	// it was confirmed and before w was recorded, when lose could not
+	// find w.
+	w.lost = !h.holds(channel)
 	r.mu.Unlock()
+	if w.lost {
+		go r.move(channel)
+	}
 	var once sync.Once
 	return func() { once.Do(func() { r.remove(w) }) }, nil
 }
@@ -337,7 +355,7 @@ func (r *shardRouter) reconcile(slots []redis.ClusterSlot, primaries []string) {
 	}
 	var idle []*shardHub
 	for addr, sh := range r.hubs {
-		if !slices.Contains(primaries, addr) && !r.holds(addr) {
+		if !slices.Contains(primaries, addr) && !r.holds(addr) && sh.users == 0 && sh.h.idle() {
 			idle = append(idle, sh)
 			delete(r.hubs, addr)
 		}
@@ -374,6 +392,12 @@ func slotOwner(slots []redis.ClusterSlot, slot int) string {
 	return ""
 }
 
+// What shardRouter.moving holds for a channel.
+const (
+	moveRunning = 1 // a move runs
+	moveAgain   = 2 // a move runs and must look again once done
+)
+
 // move subscribes channel's watches that lost their subscription, or are
 // on another primary than the one serving their slot now, on that
 // primary, and notifies each once it is. It tries again, pausing longer
@@ -381,21 +405,33 @@ func slotOwner(slots []redis.ClusterSlot, slot int) string {
 // router is open; one move per channel runs at a time.
 func (r *shardRouter) move(channel string) {
 	r.mu.Lock()
-	if r.closed || r.moving[channel] {
+	if r.closed || r.moving[channel] != 0 {
+		if !r.closed {
+			// The running move may have looked already: it looks again.
+			r.moving[channel] = moveAgain
+		}
 		r.mu.Unlock()
 		return
 	}
-	r.moving[channel] = true
+	r.moving[channel] = moveRunning
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.moving, channel)
-		r.mu.Unlock()
-	}()
 	pause := 10 * time.Millisecond
-	for !r.moveOnce(channel) {
-		time.Sleep(pause)
-		pause = min(2*pause, time.Second)
+	for {
+		for !r.moveOnce(channel) {
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
+		}
+		r.mu.Lock()
+		again := r.moving[channel] == moveAgain
+		if again {
+			r.moving[channel] = moveRunning
+		} else {
+			delete(r.moving, channel)
+		}
+		r.mu.Unlock()
+		if !again {
+			return
+		}
 	}
 }
 
@@ -438,7 +474,7 @@ func (r *shardRouter) moveTo(ctx context.Context, w *routed, addr string) bool {
 	if settled {
 		return true
 	}
-	stop, err := r.subscribe(ctx, addr, w.channel, w.notify)
+	stop, _, err := r.subscribe(ctx, addr, w.channel, w.notify)
 	if err != nil {
 		return false
 	}

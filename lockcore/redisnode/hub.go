@@ -225,6 +225,22 @@ func (h *hub) reconnected() {
 	}
 }
 
+// holds reports whether channel's subscription is confirmed and was not
+// ended by the server since.
+func (h *hub) holds(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.chans[channel]
+	return c != nil && c.sub != nil && c.sub.confirmed()
+}
+
+// idle reports whether no watch is on h.
+func (h *hub) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.chans) == 0
+}
+
 // notifyAll notifies every watch of c. hub.mu must be held.
 func (c *hubChan) notifyAll() {
 	for w := range c.watches {
