@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +16,12 @@ import (
 )
 
 // fill sets srv's maxmemory a little above what it uses and writes junk
-// keys until it refuses with OOM. It returns a client for cleaning up.
-func fill(t *testing.T, srv *redistest.Server) *redis.Client {
+// keys until it refuses with OOM, then keeps it full until release (or
+// the test's end): used_memory can drop after fill returns (the AOF
+// buffer written late on a loaded machine, query buffers freed), and a
+// node that settles more than the gateway's reserve below its limit would
+// count as serving again.
+func fill(t *testing.T, srv *redistest.Server) *filled {
 	t.Helper()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -33,31 +38,23 @@ func fill(t *testing.T, srv *redistest.Server) *redis.Client {
 	for i := range 10000 {
 		err := rdb.Set(ctx, fmt.Sprintf("junk:%d", i), junk, 0).Err()
 		if err != nil && strings.HasPrefix(err.Error(), "OOM") {
-			// Memory settles some 100 KiB below the limit once the AOF
-			// buffer is written; the node would take that many small
-			// writes yet, and only a check landing at the peak would call
-			// it full. Lower the limit below what it holds once settled:
-			// every write now fails.
+			f := &filled{rdb: rdb, stop: make(chan struct{}), done: make(chan struct{})}
+			// Lower the limit below what it holds once settled, and keep
+			// it there: every write now fails.
 			for above, deadline := 0, time.Now().Add(5*time.Second); above < 3; {
 				time.Sleep(100 * time.Millisecond)
-				info, err := rdb.Info(ctx, "memory").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				used, limit := infoInt(t, info, "used_memory"), infoInt(t, info, "maxmemory")
-				if used > limit {
-					above++ // settled above the limit three reads in a row
+				if f.keepFull(t) {
+					above++ // above the limit three reads in a row
 					continue
 				}
 				above = 0
 				if time.Now().After(deadline) {
-					t.Fatalf("memory %d stays below the limit %d", used, limit)
-				}
-				if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<10, 10)).Err(); err != nil {
-					t.Fatal(err)
+					t.Fatal("memory stays below the limit")
 				}
 			}
-			return rdb
+			go f.keep(t)
+			t.Cleanup(f.halt)
+			return f
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -65,6 +62,64 @@ func fill(t *testing.T, srv *redistest.Server) *redis.Client {
 	}
 	t.Fatal("the node never filled up")
 	return nil
+}
+
+// filled is a node that fill made full.
+type filled struct {
+	rdb        *redis.Client
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+// keepFull lowers the node's maxmemory 1 KiB below what it uses when it
+// uses no more than that, and reports whether it used more.
+func (f *filled) keepFull(t *testing.T) bool {
+	ctx := context.Background()
+	info, err := f.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	used, limit := infoInt(t, info, "used_memory"), infoInt(t, info, "maxmemory")
+	if used > limit {
+		return true
+	}
+	if err := f.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-1<<10, 10)).Err(); err != nil {
+		t.Error(err)
+	}
+	return false
+}
+
+// keep runs keepFull every 50 ms until halt.
+func (f *filled) keep(t *testing.T) {
+	defer close(f.done)
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(50 * time.Millisecond):
+			f.keepFull(t)
+		}
+	}
+}
+
+// halt stops keeping the node full.
+func (f *filled) halt() {
+	f.once.Do(func() { close(f.stop) })
+	<-f.done
+}
+
+// release stops keeping the node full and deletes the junk keys, which
+// brings it some 2 MiB below its limit.
+func (f *filled) release(t *testing.T) {
+	f.halt()
+	keys, err := f.rdb.Keys(context.Background(), "junk:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.Del(context.Background(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func infoInt(t *testing.T, info, field string) int64 {
@@ -92,7 +147,7 @@ func TestAFullNodeIsNotReady(t *testing.T) {
 	g := startGateway(t, []string{"-redis", redisURLs(nodes)}, nil)
 	g.eventually(t, "/readyz", http.StatusOK)
 
-	full := []*redis.Client{fill(t, nodes[0])}
+	full := []*filled{fill(t, nodes[0])}
 	g.eventually(t, "/readyz", http.StatusOK) // one of three: still a quorum
 	full = append(full, fill(t, nodes[1]))
 	g.eventually(t, "/readyz", http.StatusServiceUnavailable)
@@ -124,14 +179,8 @@ func TestAFullNodeIsNotReady(t *testing.T) {
 		t.Errorf("the log does not name the cause:\n%s", g.log)
 	}
 
-	for _, rdb := range full {
-		keys, err := rdb.Keys(context.Background(), "junk:*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range full {
+		f.release(t)
 	}
 	g.eventually(t, "/readyz", http.StatusOK)
 	if put := g.do(t, http.MethodPut, "/locks/when-freed", `{"ttl_ms":1000}`); put.status != http.StatusCreated {
