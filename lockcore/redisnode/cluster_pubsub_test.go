@@ -11,8 +11,6 @@ import (
 
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
-	"github.com/lockgate/lockgate/lockcore/nodetest"
-	"github.com/lockgate/lockgate/lockcore/redisnode"
 )
 
 // counter is a watch's notify that counts.
@@ -123,19 +121,22 @@ func TestClusterAnnouncesOnTheLocksShard(t *testing.T) {
 	}
 }
 
-// checked puts n in service as newClusterNode does.
-func checked(t *testing.T, n *redisnode.ClusterNode) *redisnode.ClusterNode {
+// holdAndWatch takes each of names for lease on n and watches it until t
+// ends, with a counter per name.
+func holdAndWatch(t *testing.T, n lockcore.Node, names []string, lease string) []*counter {
 	t.Helper()
-	h, err := n.Check(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.Initialized {
-		if err := nodetest.Initialize(context.Background(), n); err != nil {
+	var counters []*counter
+	for _, r := range names {
+		take(t, n, r, lease)
+		var w counter
+		stop, err := n.(lockcore.Watcher).Watch(context.Background(), r, w.notify)
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(stop)
+		counters = append(counters, &w)
 	}
-	return n
+	return counters
 }
 
 // namesOn returns k resource names, of k different slots, that the
@@ -165,17 +166,7 @@ func TestClusterWatchFollowsItsSlot(t *testing.T) {
 	src := c.Primaries()[0]
 	dst := c.Primaries()[1]
 	names := namesOn(c, src, "follow", 4)
-	var counters []*counter
-	for _, r := range names {
-		take(t, n, r, "lease-follow-0123456789")
-		var w counter
-		stop, err := n.Watch(context.Background(), r, w.notify)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		counters = append(counters, &w)
-	}
+	counters := holdAndWatch(t, n, names, "lease-follow-0123456789")
 	moved := names[0]
 	if err := c.MoveSlot(lockcore.FenceSlot(moved), src, dst, 0); err != nil {
 		t.Fatal(err)
@@ -216,17 +207,7 @@ func TestClusterWatchesSurviveAPubSubReconnect(t *testing.T) {
 	n := newClusterNode(t, c)
 	p := c.Primaries()[2]
 	names := namesOn(c, p, "reconnect", 5)
-	var counters []*counter
-	for _, r := range names {
-		take(t, n, r, "lease-reconnect-0123456789")
-		var w counter
-		stop, err := n.Watch(context.Background(), r, w.notify)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		counters = append(counters, &w)
-	}
+	counters := holdAndWatch(t, n, names, "lease-reconnect-0123456789")
 	if _, err := p.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,17 @@ func connectCluster(t testing.TB, c *redistest.Cluster) *redisnode.ClusterNode {
 // when new).
 func newClusterNode(t testing.TB, c *redistest.Cluster) *redisnode.ClusterNode {
 	t.Helper()
-	n := connectCluster(t, c)
+	n := checked(t, connectCluster(t, c))
+	if h, err := n.Check(context.Background()); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("after initialization: %+v, %v", h, err)
+	}
+	return n
+}
+
+// checked puts n in service: a Check, and initialization when the Cluster
+// holds no lockgate data yet.
+func checked(t testing.TB, n *redisnode.ClusterNode) *redisnode.ClusterNode {
+	t.Helper()
 	h, err := n.Check(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +54,6 @@ func newClusterNode(t testing.TB, c *redistest.Cluster) *redisnode.ClusterNode {
 		if err := nodetest.Initialize(context.Background(), n); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if h, err := n.Check(context.Background()); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("after initialization: %+v, %v", h, err)
 	}
 	return n
 }
