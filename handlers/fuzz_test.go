@@ -60,6 +60,7 @@ func newFuzzGateway(f *testing.F) *fuzzGateway {
 	if _, err := rl.Acquire(context.Background(), lockcore.AcquireRequest{Resource: "fuzz-anchor", TTL: time.Hour}); err != nil {
 		f.Fatal(err)
 	}
+	checkKeptParked(f)
 	h, err := handlers.New(rl, nil)
 	if err != nil {
 		f.Fatal(err)
@@ -105,7 +106,29 @@ func (g *fuzzGateway) serve(t *testing.T, req *http.Request) response {
 // other frames on top, and counts. (Under GOTRACEBACK=system the runtime's
 // frames are on top of every parked one, and they would count too.)
 func running() int {
-	return goroutines.Except("[select", "]:\ngithub.com/lockgate/lockgate/lockcore.(*callers).loop(")
+	return goroutines.Except("[select", keptParked)
+}
+
+// keptParked is how a goroutine dump begins for a kept node-call goroutine
+// (lockcore's quorum unit) parked between calls: it stays for the
+// Redlock's life, and running leaves it out.
+const keptParked = "]:\ngithub.com/lockgate/lockgate/lockcore/internal/quorum.(*callers).loop("
+
+// checkKeptParked fails f when kept node-call goroutines exist but none is
+// matched by keptParked (the function moved or was renamed): running would
+// count them, and a request that happened to start one would look like a
+// leak.
+func checkKeptParked(f *testing.F) {
+	f.Helper()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		kept := goroutines.Count("", "(*callers).loop(")
+		if kept == 0 || goroutines.Count("[select", keptParked) == kept {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.Fatalf("%d kept node-call goroutines, %d matched by keptParked: is its pattern stale?", kept, goroutines.Count("[select", keptParked))
+		}
+	}
 }
 
 // release frees what a successful acquire took, so memory stays flat over
