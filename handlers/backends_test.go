@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,43 +42,25 @@ func TestContractOverRedisNodes(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		servers := redistest.StartN(t, 3, nil)
 		contractOverRedis(t, func(t *testing.T, spy *refusals) []lockcore.Node {
-			nodes := make([]lockcore.Node, len(servers))
-			for i, s := range servers {
-				n, err := redisnode.New(s.URL())
-				if err != nil {
-					t.Fatal(err)
+			return initNodes(t, len(servers), func(i int) (lockcore.Node, error) {
+				n, err := redisnode.New(servers[i].URL())
+				if err != nil || spy == nil {
+					return n, err
 				}
-				t.Cleanup(func() { n.Close() })
-				if err := nodetest.Initialize(context.Background(), n); err != nil {
-					t.Fatal(err)
-				}
-				nodes[i] = n
-				if spy != nil {
-					nodes[i] = &spiedRedisNode{Node: n, spy: spy}
-				}
-			}
-			return nodes
+				return &spiedRedisNode{Node: n, spy: spy}, nil
+			})
 		}, nil)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		clusters := []*redistest.Cluster{redistest.StartCluster(t, 3, 0), redistest.StartCluster(t, 3, 0), redistest.StartCluster(t, 3, 0)}
 		contractOverRedis(t, func(t *testing.T, spy *refusals) []lockcore.Node {
-			nodes := make([]lockcore.Node, len(clusters))
-			for i, c := range clusters {
-				n, err := redisnode.NewCluster(c.URL())
-				if err != nil {
-					t.Fatal(err)
+			return initNodes(t, len(clusters), func(i int) (lockcore.Node, error) {
+				n, err := redisnode.NewCluster(clusters[i].URL())
+				if err != nil || spy == nil {
+					return n, err
 				}
-				t.Cleanup(func() { n.Close() })
-				if err := nodetest.Initialize(context.Background(), n); err != nil {
-					t.Fatal(err)
-				}
-				nodes[i] = n
-				if spy != nil {
-					nodes[i] = &spiedClusterNode{ClusterNode: n, spy: spy}
-				}
-			}
-			return nodes
+				return &spiedClusterNode{ClusterNode: n, spy: spy}, nil
+			})
 		}, func(t *testing.T, names []string) {
 			// The listing must walk every shard: the names it is given
 			// fall on every primary of every Cluster.
@@ -93,6 +76,25 @@ func TestContractOverRedisNodes(t *testing.T) {
 			}
 		})
 	})
+}
+
+// initNodes makes n nodes with connect, initializes each as a new
+// deployment's first gateway does, and closes them when t ends.
+func initNodes(t *testing.T, n int, connect func(i int) (lockcore.Node, error)) []lockcore.Node {
+	t.Helper()
+	nodes := make([]lockcore.Node, n)
+	for i := range nodes {
+		node, err := connect(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { node.(io.Closer).Close() })
+		if err := nodetest.Initialize(context.Background(), node); err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = node
+	}
+	return nodes
 }
 
 // Tokens of replica b's token file.

@@ -138,7 +138,8 @@ type ClusterNode struct {
 	router        *shardRouter // SPUBLISH announcements
 	closed        bool
 	// pubMode is how announcements are published and heard (see
-	// cluster_pubsub.go): pubUnknown until the first script or watch.
+	// cluster_pubsub.go): pubUnknown until the first Check (or script or
+	// watch, if earlier).
 	pubMode atomic.Int32
 }
 

@@ -229,7 +229,7 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 		return nil, "", err
 	}
 	ids = map[string]bool{}
-	mode := pubSharded
+	sharded := true
 	for _, sh := range shards {
 		p, err := c.probeShard(ctx, sh, fp)
 		if err != nil {
@@ -237,11 +237,9 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 		}
 		ids[p.runID] = true
 		refusing = cmp.Or(refusing, p.refusing)
-		if !shardedPubSubVersion(p.version) {
-			mode = pubBroadcast
-		}
+		sharded = sharded && shardedPubSubVersion(p.version)
 	}
-	c.pubMode.CompareAndSwap(pubUnknown, mode) // see cluster_pubsub.go
+	c.pubMode.CompareAndSwap(pubUnknown, pubModeFor(sharded)) // see cluster_pubsub.go
 	return ids, refusing, nil
 }
 

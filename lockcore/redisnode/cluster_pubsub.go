@@ -73,26 +73,28 @@ func (c *ClusterNode) shardedPubSub(ctx context.Context) (bool, error) {
 	if m := c.pubMode.Load(); m != pubUnknown {
 		return m == pubSharded, nil
 	}
-	versions := map[string]string{}
-	var mu sync.Mutex
+	var old atomic.Bool // a primary without sharded Pub/Sub
 	err := c.cc.ForEachMaster(ctx, func(ctx context.Context, s *redis.Client) error {
 		info, err := s.Info(ctx, "server").Result()
-		mu.Lock()
-		defer mu.Unlock()
-		versions[s.Options().Addr] = infoString(info, "redis_version")
+		if err == nil && !shardedPubSubVersion(infoString(info, "redis_version")) {
+			old.Store(true)
+		}
 		return err
 	})
 	if err != nil {
 		return false, timedOut(ctx, err)
 	}
-	mode := pubSharded
-	for _, v := range versions {
-		if !shardedPubSubVersion(v) {
-			mode = pubBroadcast
-		}
-	}
-	c.pubMode.CompareAndSwap(pubUnknown, mode)
+	c.pubMode.CompareAndSwap(pubUnknown, pubModeFor(!old.Load()))
 	return c.pubMode.Load() == pubSharded, nil
+}
+
+// pubModeFor is the mode of a node whose primaries all have sharded
+// Pub/Sub (sharded) or not.
+func pubModeFor(sharded bool) int32 {
+	if sharded {
+		return pubSharded
+	}
+	return pubBroadcast
 }
 
 // shardedPubSubVersion reports whether a Redis version (INFO's
@@ -193,12 +195,12 @@ type shardRouter struct {
 
 // shardHub is one primary's hub and the client of its connection.
 type shardHub struct {
-	h      *hub
 	client *redis.Client
 	conns  atomic.Int32 // connections made: more than one is a reconnect
 	users  int          // subscribes under way (guarded by shardRouter.mu)
-	// made is h, for the connection hook, which may run before h is set.
-	made atomic.Pointer[hub]
+	// h is the hub, atomic since the connection hook may run before it
+	// is set.
+	h atomic.Pointer[hub]
 }
 
 // routed is one watch of a sharded channel. addr, stop and lost are
@@ -240,13 +242,12 @@ func (r *shardRouter) hub(addr string) *shardHub {
 			if err := r.c.onConnect(ctx, cn); err != nil {
 				return err
 			}
-			if h := sh.made.Load(); sh.conns.Add(1) > 1 && h != nil {
+			if h := sh.h.Load(); sh.conns.Add(1) > 1 && h != nil {
 				h.reconnected()
 			}
 			return nil
 		}})
-	sh.h = newHub(sh.client.SSubscribe(context.Background()), true, func(channel string) { r.lose(addr, channel) })
-	sh.made.Store(sh.h)
+	sh.h.Store(newHub(sh.client.SSubscribe(context.Background()), true, func(channel string) { r.lose(addr, channel) }))
 	r.hubs[addr] = sh
 	return sh
 }
@@ -265,14 +266,15 @@ func (r *shardRouter) subscribe(ctx context.Context, addr, channel string, notif
 	}
 	ctx, cancel := context.WithTimeout(ctx, shardSubscribeWait)
 	defer cancel()
-	stop, err := sh.h.watch(ctx, channel, notify)
+	h := sh.h.Load()
+	stop, err := h.watch(ctx, channel, notify)
 	r.mu.Lock()
 	sh.users--
 	r.mu.Unlock()
 	if err != nil {
 		r.c.cc.ReloadState(context.Background()) // the routes may be stale
 	}
-	return stop, sh.h, err
+	return stop, h, err
 }
 
 // watch subscribes notify to channel, of slot, on the primary that serves
@@ -355,7 +357,7 @@ func (r *shardRouter) reconcile(slots []redis.ClusterSlot, primaries []string) {
 	}
 	var idle []*shardHub
 	for addr, sh := range r.hubs {
-		if !slices.Contains(primaries, addr) && !r.holds(addr) && sh.users == 0 && sh.h.idle() {
+		if !slices.Contains(primaries, addr) && !r.holds(addr) && sh.users == 0 && sh.h.Load().idle() {
 			idle = append(idle, sh)
 			delete(r.hubs, addr)
 		}
@@ -498,7 +500,7 @@ func (r *shardRouter) moveTo(ctx context.Context, w *routed, addr string) bool {
 
 // close ends the hub and its connection.
 func (sh *shardHub) close() {
-	sh.h.close()
+	sh.h.Load().close()
 	go func() { _ = sh.client.Close() }()
 }
 

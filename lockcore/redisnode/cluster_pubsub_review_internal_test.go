@@ -84,7 +84,7 @@ func TestClusterFailedResubscribeIsRetriedOnReconnect(t *testing.T) {
 		defer stop()
 		counters = append(counters, &w)
 	}
-	h := shardHubOf(t, n, p.Addr()).h
+	h := shardHubOf(t, n, p.Addr()).h.Load()
 	channel := releasedKey(names[0])
 	// The state hub.subscribe leaves when the write of a renotify
 	// SUBSCRIBE fails.
