@@ -119,19 +119,23 @@
 //  5. Detection, by the node's own record. A node serves only while a
 //     record in its own data names the server process it was last
 //     recovered or initialized for (Redis: its run id, which every new
-//     process draws anew). A restart, a restore from an older copy, a
-//     replica promoted behind the node's address (the record was
-//     replicated from the old primary), another node's data files, a
-//     flush: each leaves a process that the record does not name, or no
-//     record, and every gateway's check finds that, whether it watched
+//     process draws anew, and its replication id, which a process draws
+//     anew when it is promoted after being a replica). A restart, a
+//     restore from an older copy, a replica promoted behind the node's
+//     address (the record was replicated from the old primary), a primary
+//     failed over and back (the same process, promoted again, maybe
+//     without what the other primary took meanwhile), another node's data
+//     files, a flush: each leaves a process or replication history that
+//     the record does not name, or no record, and every gateway's check
+//     finds that, whether it watched
 //     the node for hours or started a second ago (Node.Check is a function
 //     of what the node holds and which process answers, nothing else). A
 //     loss is never forgotten: the record stays wrong until a recovery
 //     rewrites it, however many quarantines fail. A lock script that finds
 //     its slot's counter missing changes nothing and fails with
-//     ErrQuarantined, and a gateway's connection that finds a process
-//     other than the one its last check found makes it stop using the node
-//     until its next check. A node whose maxmemory-policy may evict keys
+//     ErrQuarantined, and a gateway's connection that finds a process (or
+//     replication history) other than the one its last check found makes
+//     it stop using the node until its next check. A node whose maxmemory-policy may evict keys
 //     does not serve, and loses its record, so it recovers before it
 //     serves again. A node whose record is whole but one of whose slot
 //     counters is gone (deleted by hand) refuses that slot's locks; the
@@ -192,6 +196,8 @@
 // quarantine and a gateway that never saw the node),
 // TestAnEverysecCrashLosesItsTail, TestAnotherNodesDataBehindAnAddress
 // and TestAFailoverToALaggingReplica (the run id in the record),
+// TestAFailbackIsALoss and TestClusterShardFailbackIsALoss (the
+// replication id in the record),
 // TestANodeThatMayEvictIsNotCounted (the eviction policy),
 // TestARecoveryNeedsAllButAMinority (recoverNeed),
 // TestAnEmptyRestartRecoversFromTheOthers (the locks taken in, step 7) and
@@ -299,8 +305,9 @@
 // shard at any moment and never goes back).
 //
 // What identifies the node's data is the set of its primaries: the node's
-// record names their run ids, so a shard's restart or failover (a new
-// process, with whatever its replica had received), a shard added or one
+// record names their run ids and replication ids, so a shard's restart or
+// failover (a new process, with whatever its replica had received), its
+// failback (the old process, promoted again), a shard added or one
 // removed, each make a set the record does not name, and the whole node
 // is lost until it recovers from the other nodes (step 7), as a single
 // server that restarted. A node is in service only when every shard is. A
@@ -392,18 +399,14 @@
 //     keeps the node in service; the lock scripts that reach it meanwhile
 //     are lost when it rejoins as a replica. A later check finds the new
 //     primary, and the node is lost and recovered (step 7).
-//   - A Cluster shard failed over and back (its primary demoted, resynced
-//     and promoted again) is the same process, with the same run id, as
-//     before: when no check ran while the other process was primary, the
-//     node is not seen to have changed. What the other process took and
-//     did not replicate back before the failback is lost unseen: at most
-//     the scripts a gateway sent over its first connection to it (that
-//     connection stops the node at once, and such a call fails), among
-//     them a grant whose token may then be minted again. A manual
-//     failback (CLUSTER FAILOVER) waits for the replica to catch up and
-//     loses nothing; after an automatic one that may have gone unchecked,
-//     restart that shard's primary (a new process: the node recovers from
-//     the other nodes).
+//   - A failback is found by the replication id the record keeps with the
+//     run id (step 5). A record written by a gateway from before it kept
+//     one takes in the replication id the first check of this version
+//     finds (redisnode's rrepl.lua): a failback before that check is not
+//     caught. Every failback is a loss, including a manual one
+//     (CLUSTER FAILOVER, SENTINEL FAILOVER) that waited for the replica
+//     to catch up and lost nothing: the node cannot tell them apart, and
+//     recovers from the other nodes.
 //   - With fewer than a quorum of nodes in service nothing is granted; a
 //     node that refuses writes (maxmemory reached with noeviction, a failing
 //     disk) does not count.

@@ -87,11 +87,12 @@ func IsClusterURL(rawURL string) bool {
 // a script runs whole on the one shard that owns the slot.
 //
 // It is in service only while every shard is: its record (the meta hash,
-// on one shard) names the set of primaries (their run ids) its data was
-// last recovered for, and a shard's restart or failover is a new process
-// that the set does not name, so the whole node recovers from the other
-// Redlock nodes (see Check). A slot migration (a reshard) moves keys with
-// their slot and changes no primary: it is not a loss.
+// on one shard) names the set of primaries (each by its run id and
+// replication id, see processOf) its data was last recovered for, and a
+// shard's restart, failover or failback is a process or a replication
+// history that the set does not name, so the whole node recovers from the
+// other Redlock nodes (see Check). A slot migration (a reshard) moves keys
+// with their slot and changes no primary: it is not a loss.
 //
 // A lock script is sent once. A redirection (MOVED or ASK) or a refusal
 // during a migration (TRYAGAIN), a Cluster without a primary for the slot
@@ -121,8 +122,8 @@ type ClusterNode struct {
 
 	checkMu sync.Mutex // Checks run one at a time
 	mu      sync.Mutex
-	ids     map[string]bool // the primaries' run ids the last Check found
-	// unjudged holds the run ids of the primaries connected to since the
+	ids     map[string]bool // the primaries the last Check found (processOf's proc)
+	// unjudged holds the primaries (proc) connected to since the
 	// last Check or Repair that ids did not name (see onConnect). That
 	// Check or Repair trusts the node only if it found each of them: a
 	// connection made while it ran may be to a process its probe did not
@@ -182,9 +183,10 @@ func NewCluster(rawURL string) (*ClusterNode, error) {
 // onConnect).
 var errReplicaConn = errors.New("redisnode: not a primary; lock scripts go to primaries only")
 
-// onConnect runs on every new connection: a primary whose process the
-// last Check did not find (a replica promoted, a restarted primary) makes
-// the node untrusted until the next Check. A connection to a replica is
+// onConnect runs on every new connection: a primary whose process or
+// replication history the last Check did not find (a replica promoted, a
+// restarted primary, a primary failed back) makes the node untrusted
+// until the next Check. A connection to a replica is
 // refused: it would serve no lock script, and once its server is
 // promoted, a pooled connection would carry lock scripts to a process
 // that no check and no new connection judged. go-redis then reads the
@@ -197,12 +199,12 @@ func (c *ClusterNode) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if infoString(info, "role") != "master" {
 		return errReplicaConn
 	}
-	id := infoString(info, "run_id")
+	_, proc := processOf(info)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ids[id] {
+	if !c.ids[proc] {
 		c.trusted.Store(false)
-		c.unjudged[id] = true
+		c.unjudged[proc] = true
 	}
 	return nil
 }
@@ -452,8 +454,8 @@ func (c *ClusterNode) ForceRelease(ctx context.Context, resource string) (lockco
 	return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
 }
 
-// idSet is the record's name for a set of primaries: their run ids,
-// sorted, joined by commas.
+// idSet is the record's name for a set of primaries: each one's run id
+// and replication id (processOf's proc), sorted, joined by commas.
 func idSet(ids map[string]bool) string {
 	out := make([]string, 0, len(ids))
 	for id := range ids {

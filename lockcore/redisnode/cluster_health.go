@@ -125,8 +125,8 @@ func beatKey(slot int) string { return "lockgate:{" + lockcore.SlotTag(slot) + "
 
 // shardProbe is what Check read from one primary.
 type shardProbe struct {
-	runID, refusing string
-	version         string // redis_version
+	proc, refusing string // proc: see processOf
+	version        string // redis_version
 }
 
 // probeShard reads one primary's INFO and slot map and writes its beat
@@ -147,7 +147,8 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 		return shardProbe{}, timedOut(ctx, err)
 	}
 	info := inf.Val()
-	p := shardProbe{runID: infoString(info, "run_id"), version: infoString(info, "redis_version")}
+	_, proc := processOf(info)
+	p := shardProbe{proc: proc, version: infoString(info, "redis_version")}
 	if role := infoString(info, "role"); role != "master" {
 		return p, fmt.Errorf("redisnode: %s is a %s, no longer a primary (the Cluster is failing over)", sh.addr, role)
 	}
@@ -182,9 +183,10 @@ func shardVerdict(addr, info string, err error) (refusing string, failed bool) {
 // Check implements lockcore.Node for a Cluster: it reads which primaries
 // serve the slots, probes each (INFO, and a write in a slot it serves),
 // and judges the meta hash (check.lua, on its shard) as Node.Check does,
-// with the set of the primaries' run ids as the server process: a
-// shard's restart or failover, a new shard, or a shard gone, each make a
-// set the record does not name, and the node is lost until it recovers.
+// with the set of the primaries' run ids and replication ids as the server
+// process: a shard's restart, failover or failback, a new shard, or a
+// shard gone, each make a set the record does not name, and the node is
+// lost until it recovers.
 // A reshard between the same primaries changes nothing. A shard that
 // refuses writes, is full or may evict makes the node refuse; an evicting
 // shard also removes the record, as for Node.
@@ -222,7 +224,8 @@ func (c *ClusterNode) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 }
 
 // probeShards probes every primary (see probeShard) and returns their
-// run ids and the first reason one gave to refuse ("" when none did).
+// processes (processOf's proc) and the first reason one gave to refuse
+// ("" when none did).
 func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, refusing string, err error) {
 	shards, fp, err := c.slotOwners(ctx)
 	if err != nil {
@@ -235,7 +238,7 @@ func (c *ClusterNode) probeShards(ctx context.Context) (ids map[string]bool, ref
 		if err != nil {
 			return nil, "", err
 		}
-		ids[p.runID] = true
+		ids[p.proc] = true
 		refusing = cmp.Or(refusing, p.refusing)
 		sharded = sharded && shardedPubSubVersion(p.version)
 	}
@@ -251,7 +254,7 @@ func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHea
 		c.record(ids, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}
 	}
-	h := judge(v, idSet(ids))
+	h := judge(v, idSet(ids), "") // idSet names the replication ids too
 	c.mu.Lock()
 	h.Lost = h.Lost || (!h.Initialized && c.seenInit)
 	c.seenInit = c.seenInit || h.Initialized
@@ -289,8 +292,9 @@ func (c *ClusterNode) foundAll(ids map[string]bool) bool {
 	return all
 }
 
-// runIDs reads the run id of every primary that serves slots now.
-func (c *ClusterNode) runIDs(ctx context.Context) (map[string]bool, error) {
+// procs reads the process (processOf's proc) of every primary that
+// serves slots now.
+func (c *ClusterNode) procs(ctx context.Context) (map[string]bool, error) {
 	shards, err := c.clusterShards(ctx)
 	if err != nil {
 		return nil, err
@@ -304,7 +308,8 @@ func (c *ClusterNode) runIDs(ctx context.Context) (map[string]bool, error) {
 		if infoString(info, "role") != "master" {
 			return nil, fmt.Errorf("redisnode: %s is no longer a primary (the Cluster is failing over)", sh.addr)
 		}
-		ids[infoString(info, "run_id")] = true
+		_, proc := processOf(info)
+		ids[proc] = true
 	}
 	return ids, nil
 }
@@ -382,7 +387,7 @@ func scriptText(s *redis.Script) string { return clusterScripts[s.Hash()] }
 // no slot this quarantine marked.
 func (c *ClusterNode) Quarantine(ctx context.Context) error {
 	c.trusted.Store(false)
-	ids, err := c.runIDs(ctx)
+	ids, err := c.procs(ctx)
 	if err != nil {
 		return err
 	}
@@ -405,7 +410,7 @@ func (c *ClusterNode) Quarantine(ctx context.Context) error {
 // Repair, which acts on a slot only while it carries the repair's epoch,
 // can initialize it.
 func (c *ClusterNode) MarkInitializing(ctx context.Context) (string, error) {
-	ids, err := c.runIDs(ctx)
+	ids, err := c.procs(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -510,7 +515,7 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	if len(floor) != lockcore.FenceSlots {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
-	ids, err := c.runIDs(ctx)
+	ids, err := c.procs(ctx)
 	if err != nil {
 		return err
 	}
@@ -535,7 +540,7 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	case served != 1:
 		return lockcore.ErrNodeChanged
 	}
-	after, err := c.runIDs(ctx)
+	after, err := c.procs(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seenInit = true

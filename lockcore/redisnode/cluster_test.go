@@ -111,18 +111,7 @@ func TestClusterShardFailoverIsALoss(t *testing.T) {
 	c.KillAndPromote(dst, c.ReplicaOf(dst))
 	// Before any Check: the connection to the promoted replica finds a
 	// process the last Check did not, and the node stops serving at once.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		r, err := n.Acquire(ctx, req)
-		if err == nil {
-			t.Fatalf("the promoted replica served before any check: %+v", r)
-		}
-		if errors.Is(err, lockcore.ErrQuarantined) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Acquire after the failover: %v, want ErrQuarantined", err)
-		}
-	}
+	wantStopped(t, n, req, "the promoted replica")
 	h := checkWithin(t, n, func(h lockcore.NodeHealth) bool { return h.Lost })
 	t.Logf("after the failover: %s", h.Reason)
 	if !h.Initialized {

@@ -38,6 +38,7 @@ const dataFormat = 2
 func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
+	conns := n.connsMade()
 	v, info, refusing, err := n.probe(ctx)
 	if err != nil {
 		return lockcore.NodeHealth{}, err
@@ -45,6 +46,8 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	if n.afterProbe != nil {
 		n.afterProbe()
 	}
+	id, proc := processOf(info)
+	n.observed(conns, id, proc)
 	if refusing == "" {
 		var evicts bool
 		refusing, evicts = settingsRefusal(infoString(info, "maxmemory_policy"), v.format)
@@ -54,21 +57,78 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 			}
 		}
 	}
-	id := infoString(info, "run_id")
 	if refusing != "" {
-		n.record(id, false, refusing)
+		n.record(proc, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}, nil
 	}
 	if err := n.upgradeFormat1(ctx, &v, id); err != nil {
 		return lockcore.NodeHealth{}, err
 	}
-	h := n.noteInitialized(judge(v, id))
+	h := n.noteInitialized(judge(v, id, proc))
 	if n.protect != "1" {
 		h = lockcore.NodeHealth{Initialized: true, Epoch: v.epoch}
 	}
-	n.record(id, h.Initialized && !h.Lost && !h.Quarantined, "")
+	serving := h.Initialized && !h.Lost && !h.Quarantined
+	if err := n.takeInRepl(ctx, serving, v, id, proc); err != nil {
+		return lockcore.NodeHealth{}, err
+	}
+	n.record(proc, serving, "")
 	return h, nil
 }
+
+// takeInRepl records, on a node in service whose record names no
+// replication history of its process (a gateway from before rrepl
+// recovered it), the history the Check found (rrepl.lua), so that a
+// failback from then on is a loss.
+func (n *Node) takeInRepl(ctx context.Context, serving bool, v checkReply, id, proc string) error {
+	if !serving || n.protect != "1" || replFor(v.rrepl, id) {
+		return nil
+	}
+	return timedOut(ctx, rreplScript.Run(ctx, n.rdb, []string{metaKey}, id, proc).Err())
+}
+
+// connsMade is how many connections the pool has made (see observed).
+func (n *Node) connsMade() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.conns
+}
+
+// observed notes that a read over the pool, sent when the pool had made
+// conns connections, found server process id with replication history
+// proc. A failback changes the history under the connections already
+// open, so no new connection shows it: when no connection was made since
+// the read was sent, and the newest one found the same process, the
+// connections now reach proc. A connection made since, or one that found
+// another process, is left as it found things: record and served then
+// trust the node only once a Check finds what that connection did.
+func (n *Node) observed(conns uint64, id, proc string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns == conns && id != "" && replFor(n.connProc, id) {
+		n.connProc = proc
+	}
+}
+
+// processOf reads, from an INFO reply with its server and replication
+// sections, the server process's run id and proc: the run id and the
+// process's replication id, "<run id>|<master_replid>" (both "" when the
+// run id is missing). A process keeps its run id when it becomes a
+// replica and is promoted again (a failback, maybe without what the other
+// primary took meanwhile), but its replication id is then a new one.
+func processOf(info string) (id, proc string) {
+	id = infoString(info, "run_id")
+	if id == "" {
+		return "", ""
+	}
+	return id, id + "|" + infoString(info, "master_replid")
+}
+
+// replFor reports whether a record's rrepl names the replication history
+// of server process id (see check.lua): a gateway before rrepl existed
+// writes none, and leaves that of an earlier process when it recovers the
+// node for a new one.
+func replFor(rrepl, id string) bool { return strings.HasPrefix(rrepl, id+"|") }
 
 // settingsRefusal decides whether a node that accepts writes still refuses
 // to serve because of its settings or data: a maxmemory-policy other than
@@ -103,11 +163,14 @@ type checkReply struct {
 	init, qdone             bool
 	beat, qsince, now, boot int64 // qsince and boot: -1 when not set
 	epoch, rid, qrid, brid  string
+	rrepl                   string
 	format                  int64
 }
 
 // judge decides what a node's record v means when the server process id
-// answers (see the package doc of lockcore, "Nodes that lose their data"):
+// answers, with the replication history proc (see processOf; "" for a
+// node that keeps none, a Cluster, whose id names both) (see the package
+// doc of lockcore, "Nodes that lose their data"):
 //   - not initialized: a new node, or one that restarted empty or was
 //     flushed (the guard tells them apart); Initializing while a gateway's
 //     mark is on it, made on this very process (a process that restarted
@@ -119,17 +182,18 @@ type checkReply struct {
 //     slot;
 //   - lost otherwise: the process is not the one the data was recovered
 //     for (a restart, a restore, a failover to a replica, another node's
-//     data), or a quarantine was begun for another process or not every
-//     slot is marked yet.
+//     data), or it is, with another replication history (it was a replica
+//     since, and was promoted again: a failback), or a quarantine was
+//     begun for another process or not every slot is marked yet.
 //
 // judge is a pure function: every gateway that reads the same record from
 // the same process decides the same.
-func judge(v checkReply, id string) lockcore.NodeHealth {
+func judge(v checkReply, id, proc string) lockcore.NodeHealth {
 	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch}
 	if !v.init {
 		judgeEmpty(&h, v, id)
 	} else {
-		judgeInitialized(&h, v, id)
+		judgeInitialized(&h, v, id, proc)
 	}
 	return h
 }
@@ -146,7 +210,7 @@ func judgeEmpty(h *lockcore.NodeHealth, v checkReply, id string) {
 }
 
 // judgeInitialized is judge for an initialized node.
-func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id string) {
+func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id, proc string) {
 	switch {
 	case v.qsince >= 0 && v.qrid == id:
 		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
@@ -159,29 +223,33 @@ func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id string) {
 		h.Lost, h.Reason = true, "its data has no recovery record (an earlier lockgate wrote it, or it evicted keys)"
 	case v.rid != id:
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") since its data was last recovered (a restart, a restore or a failover)"
+	case proc != "" && replFor(v.rrepl, id) && v.rrepl != proc:
+		h.Lost, h.Reason = true, "the server process (run id "+id+") was a replica since its data was last recovered, and is a primary again (a failback): it may lack what another primary took"
 	}
 }
 
-// record remembers the server process the last Check found, and whether
-// its data may serve (trusted) or why it refuses. A verdict is about the
+// record remembers the server process and replication history (proc) the
+// last Check found, and whether its data may serve (trusted) or why it
+// refuses. A verdict is about the
 // process the Check probed: when the newest connection reaches another one
 // (it was replaced while the Check ran, and lock traffic dialed the new
 // process: see onConnect), the node stays untrusted until a Check probes
 // that one, as served does for a repair.
-func (n *Node) record(id string, trusted bool, refusing string) {
+func (n *Node) record(proc string, trusted bool, refusing string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.runID = id
+	n.proc = proc
 	n.refusing = refusing
-	n.trusted.Store(n.protect != "1" || (trusted && n.connRunID == id))
+	n.trusted.Store(n.protect != "1" || (trusted && n.connProc == proc))
 }
 
-// probe runs check.lua and INFO server and memory in one round trip, and
-// returns check.lua's reply, INFO's, or why the node refuses writes.
+// probe runs check.lua and INFO server, memory and replication in one
+// round trip, and returns check.lua's reply, INFO's, or why the node
+// refuses writes.
 func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, err error) {
 	pipe := n.rdb.Pipeline()
 	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
-	inf := pipe.Info(ctx, "server", "memory")
+	inf := pipe.Info(ctx, "server", "memory", "replication")
 	_, _ = pipe.Exec(ctx)
 	if err := inf.Err(); err != nil {
 		return v, "", "", timedOut(ctx, err)
@@ -212,8 +280,8 @@ func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, 
 // parseCheck reads check.lua's reply.
 func parseCheck(res any) (checkReply, error) {
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 11 {
-		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 11 values", res)
+	if !ok || len(arr) != 12 {
+		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 12 values", res)
 	}
 	nums, err := ints(append(arr[:6:6], arr[9]), 7)
 	if err != nil {
@@ -225,6 +293,7 @@ func parseCheck(res any) (checkReply, error) {
 	v.rid, _ = arr[7].(string)
 	v.qrid, _ = arr[8].(string)
 	v.brid, _ = arr[10].(string)
+	v.rrepl, _ = arr[11].(string)
 	return v, nil
 }
 
@@ -432,11 +501,13 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	// The repair is for the process that answers now: every write below
 	// lands on it after this read, and serve.lua names it. A process that
 	// takes over meanwhile is not the one named, and is recovered again.
-	info, err := n.rdb.Info(ctx, "server").Result()
+	conns := n.connsMade()
+	info, err := n.rdb.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return timedOut(ctx, err)
 	}
-	id := infoString(info, "run_id")
+	id, proc := processOf(info)
+	n.observed(conns, id, proc)
 	if err := n.repairEpoch(ctx, epoch); err != nil {
 		return err
 	}
@@ -447,7 +518,7 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err := n.repairSlots(ctx, floor, epoch); err != nil {
 		return err
 	}
-	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat).Int64(); {
+	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat, proc).Int64(); {
 	case err != nil:
 		return err
 	case served != 1:
@@ -456,7 +527,7 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err := n.unlink(ctx, legacy); err != nil { // folded into the slots above: no longer needed
 		return err
 	}
-	n.served(id)
+	n.served(proc)
 	return nil
 }
 
@@ -495,15 +566,15 @@ func (n *Node) unlink(ctx context.Context, keys []string) error {
 	return execAll(ctx, pipe)
 }
 
-// served records a repair of server process id: in service for this
-// gateway at once, unless a connection found another server process
-// meanwhile (see onConnect): then only after the next Check.
-func (n *Node) served(id string) {
+// served records a repair of server process and replication history
+// proc: in service for this gateway at once, unless a connection found
+// another one meanwhile (see onConnect): then only after the next Check.
+func (n *Node) served(proc string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seenInit = true
-	if n.connRunID == id {
-		n.runID, n.refusing = id, ""
+	if n.connProc == proc {
+		n.proc, n.refusing = proc, ""
 		n.trusted.Store(true)
 	}
 }

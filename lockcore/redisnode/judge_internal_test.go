@@ -9,11 +9,12 @@ import (
 )
 
 // judge, rule by rule: each row is one record a node may hold when the
-// process "p1" answers, and the health every gateway must read from it.
+// process "p1" answers with replication id "r1", and the health every
+// gateway must read from it.
 func TestJudge(t *testing.T) {
-	const id = "p1"
-	// served is a node recovered for p1, in service.
-	served := checkReply{init: true, rid: id, format: dataFormat, qsince: -1, boot: -1, now: 5000, epoch: "e"}
+	const id, proc = "p1", "p1|r1"
+	// served is a node recovered for p1 with r1, in service.
+	served := checkReply{init: true, rid: id, rrepl: proc, format: dataFormat, qsince: -1, boot: -1, now: 5000, epoch: "e"}
 	with := func(f func(*checkReply)) checkReply { v := served; f(&v); return v }
 	cases := []struct {
 		name   string
@@ -47,10 +48,22 @@ func TestJudge(t *testing.T) {
 		{"recovered for another process",
 			with(func(v *checkReply) { v.rid = "p0" }),
 			lockcore.NodeHealth{Initialized: true, Epoch: "e", Lost: true}, "last recovered"},
+		{"recovered for this process with another replication history (a failback)",
+			with(func(v *checkReply) { v.rrepl = "p1|r0" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Lost: true}, "failback"},
+		{"no replication history (a gateway before rrepl recovered it)",
+			with(func(v *checkReply) { v.rrepl = "" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e"}, ""},
+		{"the replication history of an earlier process (left by such a gateway)",
+			with(func(v *checkReply) { v.rrepl = "p0|r0" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e"}, ""},
+		{"quarantined for this process, whatever its replication history",
+			with(func(v *checkReply) { v.qsince, v.qrid, v.qdone, v.rid, v.rrepl = 1000, id, true, "", "" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Quarantined: true, QuarantinedFor: 4 * time.Second}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := judge(c.v, id)
+			got := judge(c.v, id, proc)
 			reason := got.Reason
 			got.Reason = ""
 			if got != c.want {

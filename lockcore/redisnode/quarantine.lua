@@ -8,8 +8,10 @@
 -- quarantine carries that quarantine's start, and kept, it would end the
 -- new quarantine at once. Sets qrid to ARGV[2]: a quarantine counts only
 -- for the process it was begun for, so a copy of a quarantined node's data
--- loaded by another process is quarantined anew. Deletes rid: the node
--- serves again only through a repair (serve.lua). Clears qdone (the slots
+-- loaded by another process is quarantined anew. Deletes rid and rrepl:
+-- the node serves again only through a repair (serve.lua), and an rrepl
+-- left by this quarantine's process would judge a repair by a gateway
+-- that writes none (before rrepl existed) as another failback. Clears qdone (the slots
 -- are marked next, by mark.lua, then qdone.lua sets it) and boot. Sets
 -- qepoch to ARGV[1], so that a repair decided before does not put the node
 -- back in service (repair.lua, serve.lua) and an earlier quarantine does
@@ -18,6 +20,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local q = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'init', '1', 'qsince', q, 'qrid', ARGV[2])
-redis.call('HDEL', KEYS[1], 'qdone', 'boot', 'rid')
+redis.call('HDEL', KEYS[1], 'qdone', 'boot', 'rid', 'rrepl')
 redis.call('HSET', KEYS[1], 'qepoch', ARGV[1])
 return tonumber(q)

@@ -140,6 +140,9 @@ var (
 	//go:embed upgrade.lua
 	upgradeLua    string
 	upgradeScript = redis.NewScript(upgradeLua)
+	//go:embed rrepl.lua
+	rreplLua    string
+	rreplScript = redis.NewScript(rreplLua)
 )
 
 func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
@@ -201,12 +204,16 @@ type Node struct {
 	mu      sync.Mutex
 	hub     *hub // made by the first Watch
 	closed  bool
-	// What the last Check saw (see Check): the server process, and why
-	// the node refuses ("" when it does not).
-	runID    string
+	// What the last Check saw (see Check): the server process with its
+	// replication history (see processOf), and why the node refuses (""
+	// when it does not).
+	proc     string
 	refusing string
-	// connRunID is the server process the newest connection found.
-	connRunID string
+	// connProc is the server process and replication history the newest
+	// connection found, or that a later read over the pool found for the
+	// same process (see observed); conns counts the connections made.
+	connProc string
+	conns    uint64
 	// seenInit is set once a Check found the node initialized.
 	seenInit bool
 }
@@ -291,20 +298,23 @@ func newNode(rawURL string, pipelined bool) (*Node, error) {
 // onConnect runs on every new connection before its first command: a
 // server process other than the one the last Check found behind the
 // address (it restarted, maybe from an older copy of its data, or a replica
-// took over) makes the node untrusted until the next Check.
+// took over), or the same process with another replication history (it
+// was a replica and is a primary again), makes the node untrusted until
+// the next Check.
 func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if n.protect != "1" {
 		return nil
 	}
-	info, err := cn.Info(ctx, "server").Result()
+	info, err := cn.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return timedOut(ctx, err) // the connection is not used
 	}
-	id := infoString(info, "run_id")
+	_, proc := processOf(info)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.connRunID = id
-	if id == "" || id != n.runID {
+	n.connProc = proc
+	n.conns++
+	if proc == "" || proc != n.proc {
 		n.trusted.Store(false)
 	}
 	return nil
