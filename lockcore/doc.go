@@ -406,7 +406,12 @@
 //     caught. Every failback is a loss, including a manual one
 //     (CLUSTER FAILOVER, SENTINEL FAILOVER) that waited for the replica
 //     to catch up and lost nothing: the node cannot tell them apart, and
-//     recovers from the other nodes.
+//     recovers from the other nodes. A new replication id without a
+//     promotion (a primary's first replica, or its backlog freed after
+//     repl-backlog-ttl) is no loss; a failback of a primary that had no
+//     backlog, followed by a replica's first SYNC before any check, looks
+//     like one and is not caught. Until the next check, lock scripts sent
+//     over connections opened before a failback are served.
 //   - With fewer than a quorum of nodes in service nothing is granted; a
 //     node that refuses writes (maxmemory reached with noeviction, a failing
 //     disk) does not count.

@@ -10,7 +10,9 @@
 --   boot   ms (node clock) a gateway began to initialize the node as one of
 --          a new cluster (boot.lua); brid the server process it marked
 --   rrepl  the server process and its replication history the data was
---          last recovered for: "<run id>|<master_replid>" (serve.lua). A
+--          last recovered for: "<run id>|<master_replid>", or "<run id>|" for
+--          a process not promoted since it made or freed its backlog
+--          (see processOf) (serve.lua). A
 --          process keeps its run id when it becomes a replica and is
 --          promoted again (a failback), but not its replication id: such
 --          a process may lack what the other primary took meanwhile. Read

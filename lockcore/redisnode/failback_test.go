@@ -84,7 +84,10 @@ func TestAFailbackIsALoss(t *testing.T) {
 			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
 				t.Fatalf("check of the record without rrepl: %+v, %v; want in service", h, err)
 			}
-			want := srv.Info("run_id") + "|" + srv.Info("master_replid")
+			want := srv.Info("run_id") + "|" // never promoted: no replication id named (processOf)
+			if strings.Trim(srv.Info("master_replid2"), "0") != "" {
+				want += srv.Info("master_replid")
+			}
 			if got := rrepl(t, n); got != want {
 				t.Fatalf("rrepl after the check: %q, want the process's %q taken in", got, want)
 			}

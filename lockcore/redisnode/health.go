@@ -112,14 +112,24 @@ func (n *Node) observed(conns uint64, id, proc string) {
 
 // processOf reads, from an INFO reply with its server and replication
 // sections, the server process's run id and proc: the run id and the
-// process's replication id, "<run id>|<master_replid>" (both "" when the
-// run id is missing). A process keeps its run id when it becomes a
-// replica and is promoted again (a failback, maybe without what the other
-// primary took meanwhile), but its replication id is then a new one.
+// process's replication id since its last promotion, "<run id>|<id>"
+// (both "" when the run id is missing). A process keeps its run id when
+// it becomes a replica and is promoted again (a failback, maybe without
+// what the other primary took meanwhile), but draws a new replication id
+// and keeps the one before as master_replid2. A primary also draws a new
+// one, with master_replid2 all zeros, when it creates its backlog (its
+// first replica's SYNC) and when it frees it (repl-backlog-ttl without
+// replicas): no write is lost, and a process that was never promoted
+// since is named "<run id>|", so that neither is taken for a failback.
+// (A failback of a primary that had no backlog, followed by a replica's
+// first SYNC before any Check, is then not seen.)
 func processOf(info string) (id, proc string) {
 	id = infoString(info, "run_id")
 	if id == "" {
 		return "", ""
+	}
+	if strings.Trim(infoString(info, "master_replid2"), "0") == "" {
+		return id, id + "|"
 	}
 	return id, id + "|" + infoString(info, "master_replid")
 }

@@ -3,7 +3,7 @@
 -- gateway before rrepl existed has (Node.Check).
 -- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
 -- ARGV[1] the run id the Check found, and judged the node in service for
--- ARGV[2] "<run id>|<master_replid>" as that Check read it
+-- ARGV[2] "<run id>|<replication id>" (processOf) as that Check read it
 -- Sets rrepl to ARGV[2] and returns 1 only while rid is ARGV[1] and rrepl
 -- names no replication history of that process; else changes nothing and
 -- returns 0, so that it never overwrites the history a failback is judged
