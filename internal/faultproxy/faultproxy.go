@@ -61,10 +61,17 @@ func Start(target string) (*Proxy, error) {
 // the ones open: a fixed address whose server was replaced (a failover
 // behind a cloud endpoint).
 func (p *Proxy) SetTarget(target string) {
+	p.Redirect(target)
+	p.Cut()
+}
+
+// Redirect sends the connections accepted from now on to target, and
+// keeps the ones open on the old one: a load balancer that drains a
+// server it took out, so that a client's pool reaches both for a while.
+func (p *Proxy) Redirect(target string) {
 	p.mu.Lock()
 	p.target = target
 	p.mu.Unlock()
-	p.Cut()
 }
 
 // Addr is the proxy's listening host:port; clients connect here.

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/faultproxy"
 	"github.com/lockgate/lockgate/internal/redistest"
 	"github.com/lockgate/lockgate/lockcore"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
 // TestACheckDoesNotTrustAProcessItDidNotProbe: a Check probes the node's
@@ -67,5 +69,52 @@ func TestACheckDoesNotTrustAProcessItDidNotProbe(t *testing.T) {
 				t.Fatalf("the next Check: %+v, %v; want the process found lost", h, err)
 			}
 		})
+	}
+}
+
+// A Check whose probe went over a pooled connection to the process it
+// judged, after a newer connection found another process behind the
+// address (a load balancer draining the old server), does not trust the
+// node: lock traffic may go over the newer connection, to a process no
+// Check judged. The probe's read of its own process is not what the newest
+// connection reaches (see observed).
+func TestACheckOverAnOlderConnectionDoesNotTrustTheNewest(t *testing.T) {
+	ctx := context.Background()
+	p, q := redistest.Start(t, nil), redistest.Start(t, nil)
+	newNode(t, q) // another node's data, in service for its own process
+	px, err := faultproxy.Start(p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	n := connectURL(t, "redis://"+px.Addr())
+	if h, err := n.Check(ctx); err != nil || h.Initialized {
+		t.Fatalf("first check of a new node: %+v, %v", h, err)
+	}
+	if err := nodetest.Initialize(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check through the proxy: %+v, %v; want in service", h, err)
+	}
+	wantGranted(t, n, "before")
+	old := n.Client().Conn() // holds a pooled connection to p
+	defer old.Close()
+	if err := old.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	px.Redirect(q.Addr())
+	if err := n.Client().Ping(ctx).Err(); err != nil { // a new connection: to q
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil { // back to the pool, taken first
+		t.Fatal(err)
+	}
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check over the connection to p: %+v, %v; want p in service", h, err)
+	}
+	_, err = n.Acquire(ctx, lockcore.NodeAcquire{Resource: "after", Lease: lockcore.NewLeaseID(), TTL: time.Second})
+	if !errors.Is(err, lockcore.ErrQuarantined) {
+		t.Fatalf("acquire while the newest connection reaches a process no Check judged: %v; want ErrQuarantined", err)
 	}
 }
