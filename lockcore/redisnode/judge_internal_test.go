@@ -60,6 +60,9 @@ func TestJudge(t *testing.T) {
 		{"quarantined for this process, whatever its replication history",
 			with(func(v *checkReply) { v.qsince, v.qrid, v.qdone, v.rid, v.rrepl = 1000, id, true, "", "" }),
 			lockcore.NodeHealth{Initialized: true, Epoch: "e", Quarantined: true, QuarantinedFor: 4 * time.Second}, ""},
+		{"quarantined for this process by a gateway before rrepl (another history kept)",
+			with(func(v *checkReply) { v.qsince, v.qrid, v.qdone, v.rid, v.rrepl = 1000, id, true, "", "p1|r0" }),
+			lockcore.NodeHealth{Initialized: true, Epoch: "e", Quarantined: true, QuarantinedFor: 4 * time.Second}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
