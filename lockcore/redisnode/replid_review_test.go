@@ -123,3 +123,30 @@ func TestReplicasAttachedToEveryNodeKeepTheServiceUp(t *testing.T) {
 		}
 	}
 }
+
+// A Cluster shard's primary that frees its backlog (its replica gone for
+// repl-backlog-ttl) draws a new replication id without a promotion: the
+// node stays in service.
+func TestClusterShardBacklogFreedIsNoLoss(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	n := newClusterNode(t, c)
+	p := c.Primaries()[0]
+	r := c.ReplicaOf(p)
+	if r == nil {
+		t.Fatalf("no replica of %s", p.Addr())
+	}
+	if _, err := p.Do("CONFIG", "SET", "repl-backlog-ttl", "1"); err != nil {
+		t.Fatal(err)
+	}
+	repl := p.Info("master_replid")
+	r.Kill()
+	for deadline := time.Now().Add(10 * time.Second); p.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the primary kept its replication id")
+		}
+	}
+	h, err := n.Check(context.Background())
+	if err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check after the backlog was freed: %+v, %v; want in service", h, err)
+	}
+}
