@@ -400,18 +400,22 @@
 //     are lost when it rejoins as a replica. A later check finds the new
 //     primary, and the node is lost and recovered (step 7).
 //   - A failback is found by the replication id the record keeps with the
-//     run id (step 5). A record written by a gateway from before it kept
-//     one takes in the replication id the first check of this version
-//     finds (redisnode's rrepl.lua): a failback before that check is not
-//     caught. Every failback is a loss, including a manual one
-//     (CLUSTER FAILOVER, SENTINEL FAILOVER) that waited for the replica
-//     to catch up and lost nothing: the node cannot tell them apart, and
-//     recovers from the other nodes. A new replication id without a
-//     promotion (a primary's first replica, or its backlog freed after
-//     repl-backlog-ttl) is no loss; a failback of a primary that had no
-//     backlog, followed by a replica's first SYNC before any check, looks
-//     like one and is not caught. Until the next check, lock scripts sent
-//     over connections opened before a failback are served.
+//     run id (step 5): a promotion draws a new one and keeps the one
+//     before as master_replid2. A primary also draws a new one when it
+//     makes or frees its backlog (its first replica's SYNC, or its
+//     replicas gone for repl-backlog-ttl), with master_replid2 cleared: no
+//     write is lost, and a process found so names no replication id, which
+//     is never taken for a failback. So a failback followed by such a
+//     backlog change before any check is not caught. A record written by
+//     a gateway from before it kept a replication id takes in the one the
+//     first check of this version finds (redisnode's rrepl.lua): a
+//     failback before that check is not caught either. Until the next
+//     check, lock scripts sent over connections opened before a failback
+//     are served (a check while the process is a replica finds it
+//     refusing writes, and stops the node). Every failback caught is a
+//     loss, including a manual one (CLUSTER FAILOVER, SENTINEL FAILOVER)
+//     that waited for the replica to catch up and lost nothing: the node
+//     cannot tell them apart, and recovers from the other nodes.
 //   - With fewer than a quorum of nodes in service nothing is granted; a
 //     node that refuses writes (maxmemory reached with noeviction, a failing
 //     disk) does not count.

@@ -254,7 +254,11 @@ func (c *ClusterNode) judged(ids map[string]bool, v checkReply) lockcore.NodeHea
 		c.record(ids, false, refusing)
 		return lockcore.NodeHealth{Initialized: true, Refusing: refusing}
 	}
-	h := judge(v, idSet(ids), "") // idSet names the replication ids too
+	id := idSet(ids) // it names the replication ids too
+	if sameProcesses(v.rid, id) {
+		id = v.rid // no failback (see isFailback)
+	}
+	h := judge(v, id, "")
 	c.mu.Lock()
 	h.Lost = h.Lost || (!h.Initialized && c.seenInit)
 	c.seenInit = c.seenInit || h.Initialized

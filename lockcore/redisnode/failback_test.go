@@ -95,7 +95,7 @@ func TestAFailbackIsALoss(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			srv := redistest.Start(t, nil)
+			srv := redistest.Start(t, primaryOpts())
 			n := newNode(t, srv)
 			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
 				t.Fatalf("check before the failback: %+v, %v; want in service", h, err)
@@ -125,7 +125,24 @@ func TestAFailbackIsALoss(t *testing.T) {
 				t.Fatalf("check after the recovery: %+v, %v; want in service", h, err)
 			}
 			wantGranted(t, n, "after")
+			// A replica's first SYNC then draws a new replication id
+			// with no promotion: no loss, though the record names the
+			// history the promotion drew.
+			attachReplica(t, srv)
+			wantNoPromotion(t, srv)
+			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+				t.Fatalf("check after a replica attached: %+v, %v; want in service", h, err)
+			}
 		})
+	}
+}
+
+// wantNoPromotion fails t unless srv's replication id shows no promotion
+// since it made or freed its backlog (master_replid2 all zeros).
+func wantNoPromotion(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if r2 := srv.Info("master_replid2"); strings.Trim(r2, "0") != "" {
+		t.Fatalf("master_replid2 %q: the backlog change did not clear it", r2)
 	}
 }
 
@@ -200,6 +217,33 @@ func TestClusterShardFailbackIsALoss(t *testing.T) {
 	t.Logf("after the failback: %s", h.Reason)
 	if !h.Lost || !h.Initialized {
 		t.Fatalf("check after the failback: %+v; want lost", h)
+	}
+	ctx := context.Background()
+	if err := n.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodetest.RepairNow(ctx, n, make([]int64, lockcore.FenceSlots)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check after the recovery: %+v, %v; want in service", h, err)
+	}
+	// The promoted primary's replica then stays away for repl-backlog-ttl:
+	// it frees its backlog and draws a new replication id with no
+	// promotion. No loss, though the record names the promotion's.
+	if _, err := p.Do("CONFIG", "SET", "repl-backlog-ttl", "1"); err != nil {
+		t.Fatal(err)
+	}
+	repl := p.Info("master_replid")
+	c.ReplicaOf(p).Kill()
+	for deadline := time.Now().Add(10 * time.Second); p.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the primary kept its replication id")
+		}
+	}
+	wantNoPromotion(t, p)
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check after the backlog was freed: %+v, %v; want in service", h, err)
 	}
 }
 

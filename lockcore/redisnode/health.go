@@ -134,6 +134,32 @@ func processOf(info string) (id, proc string) {
 	return id, id + "|" + infoString(info, "master_replid")
 }
 
+// isFailback reports whether the record's rrepl names another
+// replication history of server process id than proc, the one found: the
+// process was a replica since, and was promoted again. A proc that names
+// no replication id (not promoted since it made or freed its backlog: see
+// processOf) is no failback, whatever the record says.
+func isFailback(rrepl, id, proc string) bool {
+	return replFor(rrepl, id) && rrepl != proc && proc != id+"|"
+}
+
+// sameProcesses reports whether a Cluster node's record, rec, names the
+// primaries found, cur (both as idSet gives them): the same run ids, each
+// with the same replication id, or found with none (as isFailback).
+func sameProcesses(rec, cur string) bool {
+	r, c := strings.Split(rec, ","), strings.Split(cur, ",")
+	if len(r) != len(c) {
+		return false
+	}
+	for i := range c { // run ids have one length: both sort by run id
+		id, _, _ := strings.Cut(c[i], "|")
+		if r[i] != c[i] && (!replFor(r[i], id) || isFailback(r[i], id, c[i])) {
+			return false
+		}
+	}
+	return true
+}
+
 // replFor reports whether a record's rrepl names the replication history
 // of server process id (see check.lua): a gateway before rrepl existed
 // writes none, and leaves that of an earlier process when it recovers the
@@ -233,7 +259,7 @@ func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id, proc string) {
 		h.Lost, h.Reason = true, "its data has no recovery record (an earlier lockgate wrote it, or it evicted keys)"
 	case v.rid != id:
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") since its data was last recovered (a restart, a restore or a failover)"
-	case proc != "" && replFor(v.rrepl, id) && v.rrepl != proc:
+	case isFailback(v.rrepl, id, proc):
 		h.Lost, h.Reason = true, "the server process (run id "+id+") was a replica since its data was last recovered, and is a primary again (a failback): it may lack what another primary took"
 	}
 }

@@ -79,6 +79,50 @@ func TestJudge(t *testing.T) {
 	}
 }
 
+// isFailback and sameProcesses, rule by rule: a record's replication
+// history against the one found. A process found with no replication id
+// ("p1|": not promoted since it made or freed its backlog) is no
+// failback, whatever the record names; one promoted since is.
+func TestIsFailbackAndSameProcesses(t *testing.T) {
+	cases := []struct {
+		name      string
+		rec, proc string
+		failback  bool
+	}{
+		{"the same history", "p1|r1", "p1|r1", false},
+		{"promoted since (a failback)", "p1|r1", "p1|r2", true},
+		{"promoted since a record with no replication id", "p1|", "p1|r2", true},
+		{"its backlog made or freed since a promotion", "p1|r1", "p1|", false},
+		{"no promotion ever", "p1|", "p1|", false},
+		{"the record of another process (an earlier gateway's)", "p0|r0", "p1|r2", false},
+		{"no record", "", "p1|r2", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := isFailback(c.rec, "p1", c.proc); got != c.failback {
+				t.Fatalf("isFailback(%q, p1, %q) = %v, want %v", c.rec, c.proc, got, c.failback)
+			}
+			// The same rule for one primary of a Cluster node, among
+			// others unchanged; another process is never the same.
+			rec, cur := c.rec+",p2|r9", c.proc+",p2|r9"
+			want := !c.failback && strings.HasPrefix(c.rec, "p1|")
+			if got := sameProcesses(rec, cur); got != want {
+				t.Fatalf("sameProcesses(%q, %q) = %v, want %v", rec, cur, got, want)
+			}
+		})
+	}
+	for _, c := range []struct{ rec, cur string }{
+		{"p1|r1", "p1|r1,p2|r9"},       // a shard added
+		{"p1|r1,p2|r9", "p1|r1"},       // a shard gone
+		{"p1|r1,p2|r9", "p1|r1,p3|r9"}, // a shard's new process
+		{"p1|r1,p2|r9", "p1|,p3|"},     // the same, with no replication id
+	} {
+		if sameProcesses(c.rec, c.cur) {
+			t.Fatalf("sameProcesses(%q, %q) = true, want false", c.rec, c.cur)
+		}
+	}
+}
+
 func TestSettingsRefusal(t *testing.T) {
 	cases := []struct {
 		policy string
