@@ -127,16 +127,16 @@
 //     without what the other primary took meanwhile), another node's data
 //     files, a flush: each leaves a process or replication history that
 //     the record does not name, or no record, and every gateway's check
-//     finds that, whether it watched
-//     the node for hours or started a second ago (Node.Check is a function
-//     of what the node holds and which process answers, nothing else). A
-//     loss is never forgotten: the record stays wrong until a recovery
-//     rewrites it, however many quarantines fail. A lock script that finds
-//     its slot's counter missing changes nothing and fails with
-//     ErrQuarantined, and a gateway's connection that finds a process (or
-//     replication history) other than the one its last check found makes
-//     it stop using the node until its next check. A node whose maxmemory-policy may evict keys
-//     does not serve, and loses its record, so it recovers before it
+//     finds that, whether it watched the node for hours or started a
+//     second ago (Node.Check is a function of what the node holds and
+//     which process answers, nothing else). A loss is never forgotten:
+//     the record stays wrong until a recovery rewrites it, however many
+//     quarantines fail. A lock script that finds its slot's counter
+//     missing changes nothing and fails with ErrQuarantined, and a
+//     gateway's connection that finds a process (or replication history)
+//     other than the one its last check found makes it stop using the
+//     node until its next check. A node whose maxmemory-policy may evict
+//     keys does not serve, and loses its record, so it recovers before it
 //     serves again. A node whose record is whole but one of whose slot
 //     counters is gone (deleted by hand) refuses that slot's locks; the
 //     first lock operation that meets the refusal has the guard read the

@@ -10,14 +10,14 @@
 --   boot   ms (node clock) a gateway began to initialize the node as one of
 --          a new cluster (boot.lua); brid the server process it marked
 --   rrepl  the server process and its replication history the data was
---          last recovered for: "<run id>|<master_replid>", or "<run id>|" for
---          a process not promoted since it made or freed its backlog
---          (see processOf) (serve.lua). A
---          process keeps its run id when it becomes a replica and is
---          promoted again (a failback), but not its replication id: such
---          a process may lack what the other primary took meanwhile. Read
---          only when its run id is rid's: a gateway before this field, or
---          a Cluster node (whose rid names both already), leaves it out
+--          last recovered for (serve.lua): "<run id>|<master_replid>", or
+--          "<run id>|" for a process not promoted since it made or freed
+--          its backlog (see process.go). A process keeps its run id when
+--          it becomes a replica and is promoted again (a failback), but
+--          not its replication id: such a process may lack what the other
+--          primary took meanwhile. Read only when its run id is rid's: a
+--          gateway before this field, or a Cluster node (whose rid names
+--          both already), leaves it out
 --   fmt    the data format version the node was last served with
 --   beat   a counter every check increments: the check's write, so that a
 --          node that refuses writes (OOM, MISCONF, READONLY) answers with

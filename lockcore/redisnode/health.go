@@ -110,62 +110,6 @@ func (n *Node) observed(conns uint64, id, proc string) {
 	}
 }
 
-// processOf reads, from an INFO reply with its server and replication
-// sections, the server process's run id and proc: the run id and the
-// process's replication id since its last promotion, "<run id>|<id>"
-// (both "" when the run id is missing). A process keeps its run id when
-// it becomes a replica and is promoted again (a failback, maybe without
-// what the other primary took meanwhile), but draws a new replication id
-// and keeps the one before as master_replid2. A primary also draws a new
-// one, with master_replid2 all zeros, when it creates its backlog (its
-// first replica's SYNC) and when it frees it (repl-backlog-ttl without
-// replicas): no write is lost, and a process that was never promoted
-// since is named "<run id>|", so that neither is taken for a failback.
-// (A failback of a primary that had no backlog, followed by a replica's
-// first SYNC before any Check, is then not seen.)
-func processOf(info string) (id, proc string) {
-	id = infoString(info, "run_id")
-	if id == "" {
-		return "", ""
-	}
-	if strings.Trim(infoString(info, "master_replid2"), "0") == "" {
-		return id, id + "|"
-	}
-	return id, id + "|" + infoString(info, "master_replid")
-}
-
-// isFailback reports whether the record's rrepl names another
-// replication history of server process id than proc, the one found: the
-// process was a replica since, and was promoted again. A proc that names
-// no replication id (not promoted since it made or freed its backlog: see
-// processOf) is no failback, whatever the record says.
-func isFailback(rrepl, id, proc string) bool {
-	return replFor(rrepl, id) && rrepl != proc && proc != id+"|"
-}
-
-// sameProcesses reports whether a Cluster node's record, rec, names the
-// primaries found, cur (both as idSet gives them): the same run ids, each
-// with the same replication id, or found with none (as isFailback).
-func sameProcesses(rec, cur string) bool {
-	r, c := strings.Split(rec, ","), strings.Split(cur, ",")
-	if len(r) != len(c) {
-		return false
-	}
-	for i := range c { // run ids have one length: both sort by run id
-		id, _, _ := strings.Cut(c[i], "|")
-		if r[i] != c[i] && (!replFor(r[i], id) || isFailback(r[i], id, c[i])) {
-			return false
-		}
-	}
-	return true
-}
-
-// replFor reports whether a record's rrepl names the replication history
-// of server process id (see check.lua): a gateway before rrepl existed
-// writes none, and leaves that of an earlier process when it recovers the
-// node for a new one.
-func replFor(rrepl, id string) bool { return strings.HasPrefix(rrepl, id+"|") }
-
 // settingsRefusal decides whether a node that accepts writes still refuses
 // to serve because of its settings or data: a maxmemory-policy other than
 // noeviction (evicts: the node's recovery record must go too, so that once
@@ -266,11 +210,11 @@ func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id, proc string) {
 
 // record remembers the server process and replication history (proc) the
 // last Check found, and whether its data may serve (trusted) or why it
-// refuses. A verdict is about the
-// process the Check probed: when the newest connection reaches another one
-// (it was replaced while the Check ran, and lock traffic dialed the new
-// process: see onConnect), the node stays untrusted until a Check probes
-// that one, as served does for a repair.
+// refuses. A verdict is about the process the Check probed: when the
+// newest connection reaches another one (it was replaced while the Check
+// ran, and lock traffic dialed the new process: see onConnect), the node
+// stays untrusted until a Check probes that one, as served does for a
+// repair.
 func (n *Node) record(proc string, trusted bool, refusing string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

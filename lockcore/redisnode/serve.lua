@@ -5,8 +5,9 @@
 -- ARGV[1] the epoch the repair was decided on (see lockcore.Node.Repair)
 -- ARGV[2] the run id of the server process the repair was decided for
 -- ARGV[3] the data format version this gateway writes
--- ARGV[4] "<run id>|<replication id>" (processOf) of that process (see check.lua,
---         rrepl); '' or none for a node that keeps no rrepl (a Cluster)
+-- ARGV[4] "<run id>|<replication id>" of that process (see check.lua,
+--         rrepl; process.go); '' or none for a node that keeps no rrepl
+--         (a Cluster)
 -- If the epoch is no longer ARGV[1] (a quarantine began since, the node was
 -- marked again, or it lost its data), it changes nothing and returns 0: a
 -- quarantine's marks stand, and so does its start. Otherwise it sets init,
