@@ -411,8 +411,9 @@
 //     first check of this version finds (redisnode's rrepl.lua): a
 //     failback before that check is not caught either. Until the next
 //     check, lock scripts sent over connections opened before a failback
-//     are served (a check while the process is a replica finds it
-//     refusing writes, and stops the node). Every failback caught is a
+//     are served, unless a check or a lock script met the process while
+//     it was a replica (refusing writes: READONLY), which stops the node
+//     until a check finds what it is now. Every failback caught is a
 //     loss, including a manual one (CLUSTER FAILOVER, SENTINEL FAILOVER)
 //     that waited for the replica to catch up and lost nothing: the node
 //     cannot tell them apart, and recovers from the other nodes.

@@ -24,17 +24,25 @@ import (
 // and a new replication id. That is a primary failed over and back whose
 // replica's writes never came back to it (an automatic failback before it
 // caught up, or a Sentinel that promoted it again once the other died).
-func failBack(t *testing.T, srv *redistest.Server) {
+func failBack(t *testing.T, srv *redistest.Server) { failBackWith(t, srv, nil) }
+
+// failBackWith is failBack, running between (when not nil) while srv is a
+// replica.
+func failBackWith(t *testing.T, srv *redistest.Server, between func()) {
 	t.Helper()
 	host, port, err := net.SplitHostPort(redistest.Unreachable(t)) // held by the test: no server takes it
 	if err != nil {
 		t.Fatal(err)
 	}
 	runID, replID := srv.Info("run_id"), srv.Info("master_replid")
-	for _, args := range [][]string{{"REPLICAOF", host, port}, {"REPLICAOF", "NO", "ONE"}} {
-		if _, err := srv.Do(args...); err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
+	if _, err := srv.Do("REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between()
+	}
+	if _, err := srv.Do("REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
 	}
 	if srv.Info("run_id") != runID || srv.Info("master_replid") == replID || srv.Info("role") != "master" {
 		t.Fatalf("after the failback: run id %s (was %s), replication id %s (was %s), role %s; want the same process, a new replication id, a primary",
@@ -165,6 +173,43 @@ func wantStopped(t *testing.T, n lockcore.Node, req lockcore.NodeAcquire, what s
 			t.Fatalf("Acquire on %s: %v, want ErrQuarantined", what, err)
 		}
 	}
+}
+
+// A lock script that meets the node's process as a replica (READONLY)
+// stops the node until a Check: once the process is promoted again, over
+// the connections already open (no onConnect sees it), nothing is served
+// before a Check finds the failback. (go-redis closes the connection that
+// got READONLY; the pool's other connections stay open.)
+func TestLockTrafficOnAReplicaStopsTheNodeUntilACheck(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, primaryOpts())
+	n := newNode(t, srv)
+	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("check before: %+v, %v; want in service", h, err)
+	}
+	wantGranted(t, n, "before")
+	idle := make([]*redis.Conn, 4) // the pool keeps 4 connections more
+	for i := range idle {
+		idle[i] = n.Client().Conn()
+		if err := idle[i].Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range idle {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := lockcore.NodeAcquire{Resource: "during", Lease: lockcore.NewLeaseID(), TTL: time.Minute}
+	failBackWith(t, srv, func() {
+		if r, err := n.Acquire(ctx, req); err == nil {
+			t.Fatalf("granted by a replica: %+v", r)
+		}
+	})
+	if r, err := n.Acquire(ctx, req); !errors.Is(err, lockcore.ErrQuarantined) {
+		t.Fatalf("Acquire on the failed-back process before a check: %+v, %v; want ErrQuarantined", r, err)
+	}
+	checkLost(t, srv, n)
 }
 
 // checkLost runs a Check and wants the node lost.

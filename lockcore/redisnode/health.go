@@ -87,7 +87,23 @@ func (n *Node) takeInRepl(ctx context.Context, serving bool, v checkReply, id, p
 	return timedOut(ctx, rreplScript.Run(ctx, n.rdb, []string{metaKey}, id, proc).Err())
 }
 
-// connsMade is how many connections the pool has made (see observed).
+// demoted notes that a lock script found the node's process a replica
+// (READONLY): it may be promoted again, with another replication history
+// (a failback), under the connections already open, where no onConnect
+// sees it. The node is untrusted until a Check whose probe was sent after
+// this finds what the connections reach (see observed): the failback
+// then, or the same history.
+func (n *Node) demoted() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.trusted.Store(false)
+	n.conns++
+	id, _, _ := strings.Cut(n.connProc, "|")
+	n.connProc = id + "|?" // a history no Check finds: observed replaces it
+}
+
+// connsMade is how many connections the pool has made, and demotions it
+// has seen (see observed).
 func (n *Node) connsMade() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()

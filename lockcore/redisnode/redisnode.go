@@ -211,7 +211,8 @@ type Node struct {
 	refusing string
 	// connProc is the server process and replication history the newest
 	// connection found, or that a later read over the pool found for the
-	// same process (see observed); conns counts the connections made.
+	// same process (see observed); conns counts the connections made and
+	// the demotions seen (see demoted).
 	connProc string
 	conns    uint64
 	// seenInit is set once a Check found the node initialized.
@@ -499,6 +500,9 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 		res, err = n.pipe.do(ctx, s, keys, args)
 	} else {
 		res, err = s.Run(ctx, n.rdb, keys, args...).Result()
+	}
+	if n.protect == "1" && redis.HasErrorPrefix(err, "READONLY") {
+		n.demoted()
 	}
 	if !n.trusted.Load() {
 		return nil, n.outError()
