@@ -130,7 +130,7 @@ func ops(hdr ...string) []string { return append(bearerOf(redisOps), hdr...) }
 // its refusals to spy when it is not nil).
 func contractOverRedis(t *testing.T, connect func(t *testing.T, spy *refusals) []lockcore.Node, spread func(t *testing.T, names []string)) {
 	r := &redisReplicas{spy: &refusals{n: map[string]int{}}, spread: spread}
-	r.a, r.hub = redisReplica(t, connect(t, r.spy), &watch.Options{Poll: time.Hour}, nil)
+	r.a, r.hub = hubGateway(t, connect(t, r.spy), &watch.Options{Poll: time.Hour}, nil)
 	r.srv = r.a.serve(t, nil)
 	// Before srv.Close, which waits for its handlers: closing the hub ends
 	// any long poll or stream still open when a scenario fails.
@@ -139,35 +139,13 @@ func contractOverRedis(t *testing.T, connect func(t *testing.T, spy *refusals) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.b, _ = redisReplica(t, connect(t, nil), nil, &handlers.Options{
+	r.b, _ = hubGateway(t, connect(t, nil), nil, &handlers.Options{
 		Middleware: []func(http.Handler) http.Handler{p.Middleware},
 		AllowForce: true, Grants: p.Grants, Caller: p.Name,
 	})
 	for _, sc := range redisScenarios {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, r) })
 	}
-}
-
-// redisReplica is a gateway over nodes with a watch hub of its own.
-func redisReplica(t *testing.T, nodes []lockcore.Node, wopts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
-	t.Helper()
-	rl, err := lockcore.New(nodes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rl.Close)
-	hub := watch.New(rl, wopts)
-	t.Cleanup(hub.Close)
-	var o handlers.Options
-	if hopts != nil {
-		o = *hopts
-	}
-	o.Watch = hub
-	h, err := handlers.New(rl, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gateway{handler: h, locker: rl}, hub
 }
 
 // refusals counts, per resource, the acquisitions that a replica's nodes
@@ -343,15 +321,7 @@ var redisScenarios = []struct {
 		}
 		// The holder's TTL is 30 s: an answer within 10 s came from the
 		// release, which replica a heard of through the nodes only.
-		a := await(t, waiting, 10*time.Second, "the waiter after the release")
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
-		checkContract(t, PUT, "/locks/wait", a.res)
-		l := wantLease(t, a.res, http.StatusCreated, "wait")
-		if l.FencingToken <= holder.FencingToken {
-			t.Errorf("waiter's token %d, want above the holder's %d", l.FencingToken, holder.FencingToken)
-		}
+		l := wantWaiterGranted(t, waiting, "wait", holder.FencingToken)
 		var info api.LockInfo
 		if res := r.b.do(t, GET, "/locks/wait", "", ops()...); res.Status != http.StatusOK || json.Unmarshal(res.Body, &info) != nil ||
 			info.Owner != "waiter" || info.FencingToken != l.FencingToken {

@@ -422,6 +422,24 @@ func await(t *testing.T, ch <-chan answer, limit time.Duration, what string) ans
 	}
 }
 
+// wantWaiterGranted awaits a waiting PUT on resource after its holder
+// released (within 10 s: the holder's TTL must be longer, so the answer
+// comes from the release), checks it against the contract, and wants it
+// granted with a token above the holder's.
+func wantWaiterGranted(t *testing.T, waiting <-chan answer, resource string, holder int64) api.Lease {
+	t.Helper()
+	a := await(t, waiting, 10*time.Second, "the waiter after the release")
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	checkContract(t, PUT, "/locks/"+resource, a.res)
+	l := wantLease(t, a.res, http.StatusCreated, resource)
+	if l.FencingToken <= holder {
+		t.Errorf("waiter's token %d, want above the holder's %d", l.FencingToken, holder)
+	}
+	return l
+}
+
 // waiterSpy hears of every acquisition its node refuses because another
 // lease holds the lock. A waiting Acquire joins its queue before its first
 // attempt, so a refusal means a waiter is in the queue: the tests know that
@@ -761,15 +779,7 @@ func TestAcquireWaiting(t *testing.T) {
 			t.Fatalf("release: %s", res)
 		}
 		// The holder's TTL is 30s: an answer within 10s came from the release.
-		a := await(t, waiting, 10*time.Second, "waiter after the release")
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
-		checkContract(t, PUT, "/locks/w", a.res)
-		l := wantLease(t, a.res, http.StatusCreated, "w")
-		if l.FencingToken <= holder.FencingToken {
-			t.Errorf("waiter's token %d, want above the holder's %d", l.FencingToken, holder.FencingToken)
-		}
+		wantWaiterGranted(t, waiting, "w", holder.FencingToken)
 	})
 
 	t.Run("a waiter gets 409 when wait_ms runs out", func(t *testing.T) {

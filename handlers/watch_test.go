@@ -32,12 +32,19 @@ func init() {
 // given, so that tests can see its watchers.
 func watchGateway(t *testing.T, opts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
 	t.Helper()
-	rl, err := lockcore.New(memNodes(3, nil), nil)
+	return hubGateway(t, memNodes(3, nil), opts, hopts)
+}
+
+// hubGateway is a gateway over nodes with a watch hub of its own (wopts),
+// and handler options hopts; closed when t ends.
+func hubGateway(t *testing.T, nodes []lockcore.Node, wopts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
+	t.Helper()
+	rl, err := lockcore.New(nodes, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rl.Close)
-	hub := watch.New(rl, opts)
+	hub := watch.New(rl, wopts)
 	t.Cleanup(hub.Close)
 	var o handlers.Options
 	if hopts != nil {

@@ -89,9 +89,7 @@ func TestAFailbackIsALoss(t *testing.T) {
 			if err := n.Client().HDel(ctx, "lockgate:{meta}:node", "rrepl").Err(); err != nil {
 				t.Fatal(err)
 			}
-			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-				t.Fatalf("check of the record without rrepl: %+v, %v; want in service", h, err)
-			}
+			wantServing(t, n, "check of the record without rrepl")
 			want := srv.Info("run_id") + "|" // never promoted: no replication id named (processOf)
 			if strings.Trim(srv.Info("master_replid2"), "0") != "" {
 				want += srv.Info("master_replid")
@@ -105,9 +103,7 @@ func TestAFailbackIsALoss(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			srv := redistest.Start(t, primaryOpts())
 			n := newNode(t, srv)
-			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-				t.Fatalf("check before the failback: %+v, %v; want in service", h, err)
-			}
+			wantServing(t, n, "check before the failback")
 			wantGranted(t, n, "before")
 			if c.before != nil {
 				c.before(t, srv, n)
@@ -129,18 +125,14 @@ func TestAFailbackIsALoss(t *testing.T) {
 			if err := nodetest.RepairNow(ctx, n, make([]int64, lockcore.FenceSlots)); err != nil {
 				t.Fatal(err)
 			}
-			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-				t.Fatalf("check after the recovery: %+v, %v; want in service", h, err)
-			}
+			wantServing(t, n, "check after the recovery")
 			wantGranted(t, n, "after")
 			// A replica's first SYNC then draws a new replication id
 			// with no promotion: no loss, though the record names the
 			// history the promotion drew.
 			attachReplica(t, srv)
 			wantNoPromotion(t, srv)
-			if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-				t.Fatalf("check after a replica attached: %+v, %v; want in service", h, err)
-			}
+			wantServing(t, n, "check after a replica attached")
 		})
 	}
 }
@@ -184,9 +176,7 @@ func TestLockTrafficOnAReplicaStopsTheNodeUntilACheck(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t, primaryOpts())
 	n := newNode(t, srv)
-	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check before: %+v, %v; want in service", h, err)
-	}
+	wantServing(t, n, "check before")
 	wantGranted(t, n, "before")
 	idle := make([]*redis.Conn, 4) // the pool keeps 4 connections more
 	for i := range idle {
@@ -210,6 +200,34 @@ func TestLockTrafficOnAReplicaStopsTheNodeUntilACheck(t *testing.T) {
 		t.Fatalf("Acquire on the failed-back process before a check: %+v, %v; want ErrQuarantined", r, err)
 	}
 	checkLost(t, srv, n)
+}
+
+// wantServing runs a Check (what names it) and wants the node in service.
+func wantServing(t *testing.T, n lockcore.Node, what string) {
+	t.Helper()
+	if h, err := n.Check(context.Background()); err != nil || h.Lost || h.Quarantined || !h.Initialized {
+		t.Fatalf("%s: %+v, %v; want in service", what, h, err)
+	}
+}
+
+// freeBacklog has primary free its replication backlog: its replica is
+// killed, and with repl-backlog-ttl 1 the primary frees the backlog a
+// second later, drawing a new replication id with no promotion (waited
+// for, up to 10 s, and checked: master_replid2 all zeros).
+func freeBacklog(t *testing.T, primary, replica *redistest.Server) {
+	t.Helper()
+	if _, err := primary.Do("CONFIG", "SET", "repl-backlog-ttl", "1"); err != nil {
+		t.Fatal(err)
+	}
+	repl := primary.Info("master_replid")
+	replica.Kill()
+	for deadline := time.Now().Add(10 * time.Second); primary.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the primary kept its replication id")
+		}
+	}
+	t.Logf("master_replid %s -> %s", repl, primary.Info("master_replid"))
+	wantNoPromotion(t, primary)
 }
 
 // checkLost runs a Check and wants the node lost.
@@ -239,11 +257,7 @@ func wantGranted(t *testing.T, n lockcore.Node, resource string) {
 func TestClusterShardFailbackIsALoss(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
 	n := newClusterNode(t, c)
-	p := c.Primaries()[0]
-	r := c.ReplicaOf(p)
-	if r == nil {
-		t.Fatalf("no replica of %s", p.Addr())
-	}
+	p, r := primaryWithReplica(t, c)
 	runIDs := func() string {
 		ids := []string{}
 		for _, s := range c.Primaries() {
@@ -270,26 +284,22 @@ func TestClusterShardFailbackIsALoss(t *testing.T) {
 	if err := nodetest.RepairNow(ctx, n, make([]int64, lockcore.FenceSlots)); err != nil {
 		t.Fatal(err)
 	}
-	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check after the recovery: %+v, %v; want in service", h, err)
-	}
+	wantServing(t, n, "check after the recovery")
 	// The promoted primary's replica then stays away for repl-backlog-ttl:
 	// it frees its backlog and draws a new replication id with no
 	// promotion. No loss, though the record names the promotion's.
-	if _, err := p.Do("CONFIG", "SET", "repl-backlog-ttl", "1"); err != nil {
-		t.Fatal(err)
+	freeBacklog(t, p, c.ReplicaOf(p))
+	wantServing(t, n, "check after the backlog was freed")
+}
+
+// primaryWithReplica is c's first primary and a running replica of it.
+func primaryWithReplica(t *testing.T, c *redistest.Cluster) (p, r *redistest.Server) {
+	t.Helper()
+	p = c.Primaries()[0]
+	if r = c.ReplicaOf(p); r == nil {
+		t.Fatalf("no replica of %s", p.Addr())
 	}
-	repl := p.Info("master_replid")
-	c.ReplicaOf(p).Kill()
-	for deadline := time.Now().Add(10 * time.Second); p.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the primary kept its replication id")
-		}
-	}
-	wantNoPromotion(t, p)
-	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check after the backlog was freed: %+v, %v; want in service", h, err)
-	}
+	return p, r
 }
 
 // promote makes replica r its shard's primary by a manual failover

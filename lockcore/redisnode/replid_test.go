@@ -55,41 +55,25 @@ func waitInSync(t *testing.T, r *redistest.Server) {
 // service. (Redis draws a new replication id for both: when it creates
 // its backlog for the first replica, and when it frees it.)
 func TestAHealthyPrimaryWhoseReplIDChangesServes(t *testing.T) {
-	ctx := context.Background()
 	t.Run("a first replica attaches", func(t *testing.T) {
 		srv := redistest.Start(t, primaryOpts())
 		n := newNode(t, srv)
-		if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-			t.Fatalf("check before: %+v, %v; want in service", h, err)
-		}
+		wantServing(t, n, "check before")
 		wantGranted(t, n, "before")
 		id, repl := srv.Info("run_id"), srv.Info("master_replid")
 		attachReplica(t, srv)
 		t.Logf("run id %s -> %s, master_replid %s -> %s", id, srv.Info("run_id"), repl, srv.Info("master_replid"))
-		if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-			t.Fatalf("check after a replica attached: %+v, %v; want in service", h, err)
-		}
+		wantServing(t, n, "check after a replica attached")
 		wantGranted(t, n, "after")
 	})
 	t.Run("its replica is gone for repl-backlog-ttl", func(t *testing.T) {
-		srv := redistest.Start(t, primaryOpts("--repl-backlog-ttl", "1"))
+		srv := redistest.Start(t, primaryOpts())
 		r := attachReplica(t, srv)
 		n := newNode(t, srv)
-		if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-			t.Fatalf("check before: %+v, %v; want in service", h, err)
-		}
+		wantServing(t, n, "check before")
 		wantGranted(t, n, "before")
-		repl := srv.Info("master_replid")
-		r.Kill()
-		for deadline := time.Now().Add(10 * time.Second); srv.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the primary kept its replication id")
-			}
-		}
-		t.Logf("master_replid %s -> %s", repl, srv.Info("master_replid"))
-		if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-			t.Fatalf("check after the backlog was freed: %+v, %v; want in service", h, err)
-		}
+		freeBacklog(t, srv, r)
+		wantServing(t, n, "check after the backlog was freed")
 		wantGranted(t, n, "after")
 	})
 }
@@ -139,23 +123,7 @@ func TestReplicasAttachedToEveryNodeKeepTheServiceUp(t *testing.T) {
 func TestClusterShardBacklogFreedIsNoLoss(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
 	n := newClusterNode(t, c)
-	p := c.Primaries()[0]
-	r := c.ReplicaOf(p)
-	if r == nil {
-		t.Fatalf("no replica of %s", p.Addr())
-	}
-	if _, err := p.Do("CONFIG", "SET", "repl-backlog-ttl", "1"); err != nil {
-		t.Fatal(err)
-	}
-	repl := p.Info("master_replid")
-	r.Kill()
-	for deadline := time.Now().Add(10 * time.Second); p.Info("master_replid") == repl; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the primary kept its replication id")
-		}
-	}
-	h, err := n.Check(context.Background())
-	if err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check after the backlog was freed: %+v, %v; want in service", h, err)
-	}
+	p, r := primaryWithReplica(t, c)
+	freeBacklog(t, p, r)
+	wantServing(t, n, "check after the backlog was freed")
 }

@@ -94,9 +94,7 @@ func TestACheckOverAnOlderConnectionDoesNotTrustTheNewest(t *testing.T) {
 	if err := nodetest.Initialize(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check through the proxy: %+v, %v; want in service", h, err)
-	}
+	wantServing(t, n, "check through the proxy")
 	wantGranted(t, n, "before")
 	old := n.Client().Conn() // holds a pooled connection to p
 	defer old.Close()
@@ -110,9 +108,7 @@ func TestACheckOverAnOlderConnectionDoesNotTrustTheNewest(t *testing.T) {
 	if err := old.Close(); err != nil { // back to the pool, taken first
 		t.Fatal(err)
 	}
-	if h, err := n.Check(ctx); err != nil || h.Lost || h.Quarantined || !h.Initialized {
-		t.Fatalf("check over the connection to p: %+v, %v; want p in service", h, err)
-	}
+	wantServing(t, n, "check over the connection to p")
 	_, err = n.Acquire(ctx, lockcore.NodeAcquire{Resource: "after", Lease: lockcore.NewLeaseID(), TTL: time.Second})
 	if !errors.Is(err, lockcore.ErrQuarantined) {
 		t.Fatalf("acquire while the newest connection reaches a process no Check judged: %v; want ErrQuarantined", err)
