@@ -25,10 +25,11 @@ import (
 // which the Cluster's bus copies to every node, and one pub/sub connection
 // to any node hears them all (the hub of getHub). The choice is made once
 // per ClusterNode, from the primaries' versions, by its first Check (or
-// first script or watch, if earlier), and kept: scripts and watches of one gateway always agree.
-// Gateways that chose differently (a Cluster upgraded to Redis 7 while
-// some ran) do not hear each other's announcements, and their waiters
-// fall back to polling until they are restarted.
+// first script or watch, if earlier), and kept: scripts and watches of one
+// gateway always agree. Gateways that chose differently (a Cluster
+// upgraded to Redis 7 while some ran) do not hear each other's
+// announcements, and their waiters fall back to polling until they are
+// restarted.
 const (
 	pubUnknown int32 = iota
 	pubSharded
