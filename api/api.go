@@ -63,6 +63,12 @@ type LockInfo struct {
 	Owner        string    `json:"owner"`
 	TTLms        int64     `json:"ttl_ms"`
 	ExpiresAt    time.Time `json:"expires_at"`
+	// GrantedAt is when the lock was granted or last extended, on the
+	// gateway's clock. ExpiresAt is early by the clock-drift allowance;
+	// GrantedAt is not moved by it: the time held is now - GrantedAt,
+	// not TTLms less the time left. Nil (absent) where the answer does
+	// not know it (a watch's answer).
+	GrantedAt *time.Time `json:"granted_at,omitempty"`
 }
 
 // LockList is the body of GET /locks: a page of held locks, never with
@@ -72,9 +78,13 @@ type LockList struct {
 	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
-// Health is the body of /healthz and /readyz.
+// Health is the body of /livez, /healthz and /readyz.
 type Health struct {
 	Status string `json:"status"`
+	// Nodes says, in a 200 of /readyz, what each lock node is doing, as
+	// in its 503 (Problem.Nodes): a node may be unreachable, and since
+	// when, while a quorum still serves. Absent from /livez and /healthz.
+	Nodes []NodeState `json:"nodes,omitempty"`
 }
 
 // Problem is an RFC 9457 problem details body with lockgate's extension
@@ -99,14 +109,15 @@ type Problem struct {
 	Nodes []NodeState `json:"nodes,omitempty"`
 }
 
-// NodeState is one lock node's state in a not-ready answer.
+// NodeState is one lock node's state in an answer of /readyz.
 type NodeState struct {
 	// State is serving, unreachable, refusing, lost, quarantined or
 	// uninitialized.
 	State string `json:"state"`
 	// Reason says why a node does not serve (which rule found a loss, why
-	// it refuses, how its quarantine ends); empty for an unreachable node,
-	// whose error would name its address.
+	// it refuses, how its quarantine ends; for an unreachable node, what
+	// its check met, "its check failed: connection refused", in words that
+	// hold no address: see lockcore.Cause).
 	Reason string `json:"reason,omitempty"`
 	// Since is when the gateway found the node in this state.
 	Since *time.Time `json:"since,omitempty"`
@@ -132,4 +143,8 @@ const (
 	ProblemForbidden        = "urn:lockgate:problem:forbidden"
 	ProblemInternal         = "urn:lockgate:problem:internal"
 	ProblemRateLimited      = "urn:lockgate:problem:rate-limited"
+	// ProblemNotSupported (501): a lock node of the gateway lacks what
+	// the operation needs (a node kind that keeps no readers-writer
+	// locks).
+	ProblemNotSupported = "urn:lockgate:problem:not-supported"
 )

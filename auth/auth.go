@@ -40,12 +40,12 @@
 //
 // # What is guaranteed
 //
-// Requests to /locks, /locks/... and /semaphores/... need "Authorization:
-// Bearer <token>"; a semaphore's name is the resource its prefixes match.
+// Requests to /locks, /locks/..., /rwlocks/... and /semaphores/... need "Authorization:
+// Bearer <token>"; a semaphore's or readers-writer lock's name is the resource its prefixes match.
 // Without a known token they get 401 with WWW-Authenticate: Bearer; with a
 // known token whose methods or prefixes do not cover the request they get
 // 403. Both answers are application/problem+json bodies that never contain
-// the token. Other paths (/healthz, /readyz, /openapi.yaml, /metrics, and
+// the token. Other paths (/livez, /healthz, /readyz, /openapi.yaml, /metrics, and
 // the web page's static files under /ui/) are not guarded: they carry no
 // lock state and no secrets; the page reads /locks with a token its user
 // gives it.
@@ -251,7 +251,7 @@ func (e *entry) allows(method, resource string) bool {
 	return false
 }
 
-// Middleware guards /locks, /locks/... and /semaphores/...: 401 without a known bearer token,
+// Middleware guards /locks, /locks/..., /rwlocks/... and /semaphores/...: 401 without a known bearer token,
 // 403 when the token does not allow the request's method on its resource
 // (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
 // listing GET /locks, which the handler keeps within Grants).
@@ -343,11 +343,17 @@ func (p *Policy) Grants(r *http.Request) (prefixes []string, all bool) {
 	return slices.Clone(e.prefixes), false
 }
 
-// resourceOf returns the resource name of a /locks/{resource} or
-// /semaphores/{resource}/... path and whether the path is guarded. The name is taken from the decoded path, the
+// resourceOf returns the resource name of a /locks/{resource},
+// /rwlocks/{resource} or /semaphores/{resource}/... path and whether the path is guarded. The name is taken from the decoded path, the
 // way a prefix is written; a name with characters outside the resource
 // alphabet is refused by request validation after this check.
 func resourceOf(path string) (string, bool) {
+	if rest, ok := strings.CutPrefix(path, "/rwlocks/"); ok {
+		// A readers-writer lock's name is its resource: PUT takes a
+		// hold (either mode), PATCH and DELETE extend and release one,
+		// GET reads it.
+		return strings.TrimSuffix(rest, "/"), true
+	}
 	if rest, ok := strings.CutPrefix(path, "/semaphores/"); ok {
 		// A semaphore's name is its resource; the methods are those of
 		// its routes (PUT takes a permit, PATCH and DELETE extend and

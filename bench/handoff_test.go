@@ -502,6 +502,7 @@ type lockgatePeer struct {
 	srv    *httptest.Server
 	locker *lockcore.Redlock
 	nodes  []interface{ Close() error }
+	stop   func() // if not nil, run by close after the gateway's
 }
 
 // newLockgate starts the gateway over the cluster's three servers, or over
@@ -520,6 +521,9 @@ func (p *lockgatePeer) close() {
 	p.srv.Close()
 	for _, n := range p.nodes {
 		_ = n.Close()
+	}
+	if p.stop != nil {
+		p.stop()
 	}
 }
 

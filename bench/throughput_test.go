@@ -23,6 +23,8 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockgate/lockgate/handlers"
 	"github.com/lockgate/lockgate/internal/faultproxy"
@@ -63,7 +65,13 @@ import (
 //   - lockgate-3-slow and redsync-3-slow: lockgate-3 and redsync-3 with the
 //     third server reached through internal/faultproxy delaying every reply
 //     by LOCKGATE_BENCH_SLOW_DELAY (default 30ms): one slow node. Only in
-//     the C = 16 scenarios (slowScenarios).
+//     the C = 16 scenarios (slowScenarios);
+//   - lockgate-3-trace1 and lockgate-3-trace100: lockgate-3 with
+//     OpenTelemetry tracing on, sampled at 1 % and 100 %
+//     (parentbased_traceidratio), spans batched and exported by the real
+//     OTLP/HTTP protobuf exporter to an in-process sink that reads and
+//     discards each body (newTracedLockgate); uncontended scenarios only.
+//     The report gives their pairs/s ratio to lockgate-3 ("tracing cost").
 //
 // Scenarios:
 //
@@ -97,7 +105,7 @@ import (
 // LOCKGATE_BENCH_WINDOW), and a fresh gateway; the servers are flushed
 // between cases.
 
-var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "http-redsync", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow", "lockgate-3x3"}
+var thrTargets = []string{"lockgate-3", "lockgate-1", "lockgate-embedded", "http-floor", "http-redsync", "redsync-3", "redislock-1", "etcd", "lockgate-3-slow", "redsync-3-slow", "lockgate-3x3", "lockgate-3-trace1", "lockgate-3-trace100"}
 
 // slowScenarios are the scenarios the -slow targets run in: lockgate-3 and
 // redsync-3 with the third server behind a proxy that delays every reply by
@@ -128,6 +136,8 @@ func init() {
 	inScript["lockgate-1"] = inScript["lockgate"]
 	inScript["redsync-3"] = inScript["redsync"]
 	inScript["lockgate-3-slow"] = inScript["lockgate"]
+	inScript["lockgate-3-trace1"] = inScript["lockgate"]
+	inScript["lockgate-3-trace100"] = inScript["lockgate"]
 	inScript["redsync-3-slow"] = inScript["redsync"]
 	inScript["redislock-1"] = map[string]bool{"set": true, "getrange": true, "get": true, "del": true, "pexpire": true}
 }
@@ -194,6 +204,10 @@ func (e *thrEnv) newTarget(tb testing.TB, name string) thrTarget {
 		return newLockgateOn(tb, e.c.srvs, false)
 	case "lockgate-3x3":
 		return newLockgateURLs(tb, e.clusterURLs(tb), false)
+	case "lockgate-3-trace1":
+		return newTracedLockgate(tb, e.c.srvs, 0.01)
+	case "lockgate-3-trace100":
+		return newTracedLockgate(tb, e.c.srvs, 1)
 	case "lockgate-3-slow":
 		return newLockgateURLs(tb, []string{e.c.srvs[0].URL(), e.c.srvs[1].URL(), "redis://" + e.slow.Addr()}, false)
 	case "redsync-3-slow":
@@ -262,7 +276,49 @@ func newLockgateOn(tb testing.TB, srvs []*redistest.Server, embedded bool) *lock
 // newLockgateURLs is newLockgateOn over Redis URLs.
 func newLockgateURLs(tb testing.TB, urls []string, embedded bool) *lockgatePeer {
 	tb.Helper()
-	p := &lockgatePeer{}
+	return newLockgateWith(tb, urls, embedded, nil, nil)
+}
+
+// newTracedLockgate is lockgate-3 (newLockgateOn over srvs) with tracing
+// on as cmd/lockgate turns it on (see its tracing.go): an OpenTelemetry
+// SDK TracerProvider given to the handlers (handlers.Options.Tracer),
+// sampling parentbased_traceidratio at ratio (the bench's requests carry
+// no traceparent, so ratio decides), with the default batch span
+// processor and the OTLP/HTTP protobuf exporter (otlptracehttp), which
+// does the real encoding and sending. Its collector is an in-process HTTP
+// server that reads each export's body, discards it and answers 200: the
+// exporter's work is measured, a collector's is not. Its CPU is the bench
+// process's.
+func newTracedLockgate(tb testing.TB, srvs []*redistest.Server, ratio float64) *lockgatePeer {
+	tb.Helper()
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(collector.URL+"/v1/traces"))
+	if err != nil {
+		collector.Close()
+		tb.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
+	var urls []string
+	for _, s := range srvs {
+		urls = append(urls, s.URL())
+	}
+	return newLockgateWith(tb, urls, false, &handlers.Options{Tracer: tp}, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(ctx) // exports what is still buffered
+		collector.Close()
+	})
+}
+
+// newLockgateWith is newLockgateURLs with the handlers' options; stop, if
+// not nil, runs when the peer closes, after its gateway.
+func newLockgateWith(tb testing.TB, urls []string, embedded bool, hopts *handlers.Options, stop func()) *lockgatePeer {
+	tb.Helper()
+	p := &lockgatePeer{stop: stop}
 	var nodes []lockcore.Node
 	if embedded {
 		nodes = append(nodes, memnode.New(&memnode.Options{Name: "embedded"}))
@@ -288,7 +344,7 @@ func newLockgateURLs(tb testing.TB, urls []string, embedded bool) *lockgatePeer 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := handlers.New(locker, nil)
+	h, err := handlers.New(locker, hopts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -929,7 +985,7 @@ func TestThroughput(t *testing.T) {
 		for _, sc := range scenarios {
 			for j := range thrTargets {
 				name := thrTargets[(j+round)%len(thrTargets)]
-				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) || (name == "http-redsync" && sc.contended) || (name == "lockgate-3x3" && sc.contended) {
+				if e.available(name) != nil || (strings.HasSuffix(name, "-slow") && !slowScenarios[sc]) || (name == "http-redsync" && sc.contended) || (name == "lockgate-3x3" && sc.contended) || (strings.Contains(name, "-trace") && sc.contended) {
 					continue
 				}
 				k := thrKey{name, sc}
@@ -1042,6 +1098,29 @@ func (run *thrRun) report() string {
 		}
 		fmt.Fprintf(&b, "- C=%d: %.0f ÷ %.0f pairs/s = %.2f; redis-server CPU per 1,000 pairs %.3f s against %.3f s\n",
 			sc.c, a.rate(), b3.rate(), ratio(a.rate(), b3.rate()), a.perK(a.CPU.redis), b3.perK(b3.CPU.redis))
+	}
+
+	b.WriteString("\ntracing cost (OTLP/HTTP export to an in-process sink; sampled 1 % and 100 %) against lockgate-3, uncontended:\n\n")
+	b.WriteString("| C | lockgate-3 pairs/s | lockgate-3-trace1 ÷ lockgate-3 | lockgate-3-trace100 ÷ lockgate-3 | bench process CPU per 1,000 pairs: off, 1 %, 100 % |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|\n")
+	for _, sc := range scenarios {
+		off, t1, t100 := run.pairs[thrKey{"lockgate-3", sc}], run.pairs[thrKey{"lockgate-3-trace1", sc}], run.pairs[thrKey{"lockgate-3-trace100", sc}]
+		if sc.contended || off == nil || (t1 == nil && t100 == nil) {
+			continue
+		}
+		rel := func(r *pairResult) string {
+			if r == nil {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f", ratio(r.rate(), off.rate()))
+		}
+		cpu := func(r *pairResult) string {
+			if r == nil {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f", r.perK(r.CPU.self))
+		}
+		fmt.Fprintf(&b, "| %d | %.0f | %s | %s | %s, %s, %s s |\n", sc.c, off.rate(), rel(t1), rel(t100), cpu(off), cpu(t1), cpu(t100))
 	}
 
 	first := true

@@ -88,6 +88,31 @@ func (g *gateway) restart() {
 	g.t.Errorf("gateway %s did not restart: %v\n%s", g.addr, err, tail(g.log.String(), 20))
 }
 
+// nodeState is the state gateway g's metrics give the node it reaches at
+// addr (lockgate_node_state), or "" when it does not answer in time.
+func (g *gateway) nodeState(addr string) string {
+	hc := &http.Client{Timeout: 200 * time.Millisecond}
+	resp, err := hc.Get(g.base() + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "lockgate_node_state{") || !strings.HasSuffix(l, "} 1") ||
+			!strings.Contains(l, `node="`+addr+`"`) {
+			continue
+		}
+		if _, rest, ok := strings.Cut(l, `state="`); ok {
+			state, _, _ := strings.Cut(rest, `"`)
+			return state
+		}
+	}
+	return ""
+}
+
 // pause and resume do nothing to a gateway that is not running (a nemesis
 // may pick one that another fault killed).
 func (g *gateway) pause()  { _ = g.proc.Pause() }
@@ -131,12 +156,20 @@ type cluster struct {
 	// proxies[i] stands in front of nodes[proxied[i]] for every gateway.
 	proxies []*faultproxy.Proxy
 	proxied []int
-	gws     []*gateway
+	// links[g] stands in front of nodes[linked] for gateway g alone: one
+	// gateway's own link to a node, which a fault can slow for it alone.
+	links  []*faultproxy.Proxy
+	linked int
+	gws    []*gateway
+	// addrs[g][i] is the address gateway g reaches node i at: the label
+	// of node i in g's metrics.
+	addrs [][]string
 }
 
 // startCluster starts 5 redis-server nodes with AOF (everysec), a fault proxy in front
-// of the last two, and 3 gateways; unsafe sets the switch that turns the
-// data-loss protection off.
+// of the last two, and 3 gateways, each reaching node 2 through a link
+// proxy of its own; unsafe sets the switch that turns the data-loss
+// protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
 	bin := gatewaytest.Binary(t, "lockgate")
@@ -147,8 +180,9 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 	// an fsync that holds a node up shows there. The nodes sync their AOF
 	// once a second, as docs/operations.md now recommends: a restarted
 	// node recovers from the others, whatever it lost.
-	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true,
-		Args: []string{"--latency-monitor-threshold", "25", "--appendfsync", "everysec"}}), proxied: []int{3, 4}}
+	c := &cluster{nodes: redistest.StartN(t, 5, &redistest.Options{AOF: true, Clock: true,
+		Args: []string{"--latency-monitor-threshold", "25", "--appendfsync", "everysec"}}), proxied: []int{3, 4},
+		linked: 2}
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		urls[i] = n.URL()
@@ -167,8 +201,21 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		env = append(env, UnsafeEnv+"=1")
 	}
 	for range 3 {
+		link, err := faultproxy.Start(c.nodes[c.linked].Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { link.Close() })
+		c.links = append(c.links, link)
+		own := slices.Clone(urls)
+		own[c.linked] = "redis://" + link.Addr()
+		addrs := make([]string, len(own))
+		for i, u := range own {
+			addrs[i] = strings.TrimPrefix(u, "redis://")
+		}
+		c.addrs = append(c.addrs, addrs)
 		g := &gateway{t: t, bin: bin, addr: freeport.Addr(t), env: env, log: &logTail{max: 64 << 10},
-			args: []string{"-redis", strings.Join(urls, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
+			args: []string{"-redis", strings.Join(own, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
 				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
 		if err := g.launch(); err != nil {
 			t.Fatalf("gateway: %v\n%s", err, g.log.String())
@@ -186,8 +233,9 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 
 // healAll ends every fault still in place.
 func (c *cluster) healAll() {
-	for _, p := range c.proxies {
+	for _, p := range slices.Concat(c.proxies, c.links) {
 		p.Heal()
+		p.SetKeepClients(false)
 	}
 	for _, n := range c.nodes {
 		if !n.Running() {

@@ -1,15 +1,45 @@
 // Package chaos is lockgate's fault-injection suite. Its tests start five
-// redis-server processes with AOF on (appendfsync everysec), two of them behind a fault proxy
-// (internal/faultproxy), and three lockgate gateway processes built from
-// ./cmd/lockgate; 32 clients then acquire (in half the cycles with a
-// Lease-Id of their own, in the others with none, so that the gateway mints
-// it), write to a fenced register (package fencing) with their token,
-// sometimes extend, and release, while
-// a nemesis kills, wipes, pauses and isolates nodes, gateways and clients,
-// restores a node from an older copy of its data, cuts a node's AOF back
-// as a host crash leaves an everysec node, switches a proxied node's
-// address to a server with older data (a failover to a lagging replica),
-// and restarts every gateway at once.
+// redis-server processes with AOF on (appendfsync everysec), two of them
+// behind a fault proxy (internal/faultproxy), and three lockgate gateway
+// processes built from ./cmd/lockgate, each reaching node 2 through a link
+// proxy of its own (so that one gateway's link alone can be slowed); 32
+// clients then acquire (in half the cycles with a Lease-Id of their own, in
+// the others with none, so that the gateway mints it), write to a fenced
+// register (package fencing) with their token, sometimes extend, and
+// release, while a nemesis kills, wipes, pauses and isolates nodes,
+// gateways and clients, restores a node from an older copy of its data,
+// cuts a node's AOF back as a host crash leaves an everysec node, switches
+// a proxied node's address to a server with older data (a failover to a
+// lagging replica), and restarts every gateway at once. Three kinds race
+// a node's recovery:
+//
+//   - slow-recovery-link: one gateway's link to node 2 is slowed (replies
+//     at 20 KB/s: lock replies pass, its read of the slot counters takes
+//     seconds) while another node restarts empty; once another gateway
+//     reports that node serving again (its metrics, lockgate_node_state)
+//     and the load had half a TTL on it, its host crashes with the AOF cut
+//     back to what it held when it began serving, and half a TTL later
+//     the link is healed: the slowed gateway's recovery, decided on reads made
+//     before, lands on a node that lost locks since;
+//   - restart-during-recovery: a node restarts empty and, as soon as a
+//     gateway's metrics report it lost or quarantined, is killed and
+//     restarted from its AOF, a new process holding the quarantine under
+//     way;
+//   - keeping-proxy: a proxied node's proxy keeps its clients' connections
+//     open and dials the server again behind them (as managed Redis
+//     endpoints that hide a failover do) while the node restarts from a
+//     copy of its data taken a TTL or two before: the gateways' pooled
+//     connections reach the new process with no new connection.
+//
+// And one that moves a node's clock (every node runs on a wall clock the
+// suite can move, internal/redistest's Options.Clock):
+//
+//   - clock-drift: a node's clock runs 0.5 % fast (half the gateways'
+//     drift allowance) for two TTLs, then at real speed again, ahead by
+//     what it gained: its copies of locks expire early, within what the
+//     validity sets aside. A clock stepped past the allowance is outside
+//     the stated model and is not run.
+//
 // Every operation is recorded as invoke / ok / fail / unknown on one
 // monotonic clock, and six checkers read the history:
 //
@@ -25,6 +55,20 @@
 //	    "same lease again" from a re-run script), and a holder's release
 //	    sent in time does not answer 404 (unless a node lost its data, or
 //	    the gateway it was sent to was stopped until after the validity)
+//
+// The same history is also model-checked with porcupine
+// (github.com/anishathalye/porcupine) against the sequential
+// specifications of package chaos/model, whose rules its doc.go numbers:
+// the lock operations against a fenced mutex per resource (a lease ends at
+// its holder's invocation plus the validity answered; an operation whose
+// answer was lost may have taken effect or not), the writes against the
+// fenced store, and the semaphore test's permit operations against a
+// fenced semaphore of K permits. Unlike C1, the model check has no fault
+// windows: it holds at every moment. A history that is not linearizable
+// fails the test, and porcupine's history viewer (an HTML page) is written
+// to LOCKGATE_CHAOS_DIR, or a new directory under the system's temporary
+// one, whose path the test logs; the time each check took is logged and
+// goes to RELIABILITY.md.
 //
 // The nemesis never has more than two of the five nodes faulty at once
 // (a node that restarted empty counts as faulty for the healing gap, 3 s,
@@ -53,6 +97,39 @@
 //	                                  long profile (12 minutes), writes
 //	                                  RELIABILITY.md at the repository root
 //
+// Named schedules play one fault kind's sequence on a topology of their
+// own, with in-process gateways, and are model-checked the same way; each
+// is played a few times (or plays its fault a few times) and fails at the
+// first history rejected:
+//
+//   - TestStaleRecoverySchedule (slow-recovery-link): a second gateway's
+//     recovery read slowed by a rate-limited link lands after the node
+//     lost the tail that held a grant; without lockcore's rules 7a and 7b
+//     the node served without it;
+//   - TestRestartDuringRecoverySchedule (restart-during-recovery): the
+//     same, but the node's second loss is a restart from a copy taken
+//     while it was being recovered, which carries that recovery's epoch;
+//     without rule 7b alone the node served without the grant;
+//   - TestKeepingProxySchedule (keeping-proxy): a node behind a
+//     connection-keeping proxy comes back from an older copy and a second
+//     grant is asked for at once, before the next check; without
+//     lockcore/redisnode's bound scripts (EVAL on NOSCRIPT) the new process
+//     granted it;
+//   - TestMajorityRestartSchedule (a restart of a majority, rule 8 of
+//     lockcore's doc): three appendfsync-always nodes and two gateways
+//     whose quarantine lasts an hour, under four clients; every node is
+//     killed, then every node restarted, three times: the cluster must
+//     grant again within 10 s of each restart, and the models accept the
+//     history;
+//   - TestRestoresDuringAMajorityRestartSchedule (rule 8's witnesses):
+//     two always nodes come back from copies of one moment taken before a
+//     lock was granted, the third (everysec) from its own files, so that
+//     only its witnesses tell the copies from restarts. With them the
+//     cluster waits out the quarantine and the models accept the history;
+//     its second play hides every node's witnesses
+//     (redisnode.Node.HideWitnesses) and fails unless the mutex model
+//     rejects the history.
+//
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
 // is always logged); LOCKGATE_CHAOS_DURATION overrides the long profile's
 // length (a Go duration; a run shorter than 10 minutes writes its report to
@@ -60,11 +137,11 @@
 // skipped.
 //
 // TestFaults runs with the protection on and fails on any C2, C3, C5 or A
-// violation, on a C1 violation in a fault-free window, on a C4 miss, and
-// on any 5xx other than 503.
+// violation, on a C1 violation in a fault-free window, on a C4 miss, on a
+// history the models reject, and on any 5xx other than 503.
 // TestFaultsCatchC2WithoutProtection starts gateways built with the
 // lockgate_unprotected tag and LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (a
 // production build ignores it), plays only the two episodes with no
-// other client, and fails unless C2 flags each of them: it shows that the
-// suite can fail.
+// other client, and fails unless C2 flags each of them and the mutex model
+// rejects the history: it shows that the suite can fail.
 package chaos

@@ -151,6 +151,7 @@ func runProfile(t *testing.T, p profile) *Summary {
 	s.C4, s.Gaps = CheckC4(s.Events, s.Faults, bound, lossBound, s.Duration)
 	s.C5 = CheckC5(s.Events)
 	s.Answers = CheckAnswers(s.Events, s.Faults)
+	s.Models = CheckModels(s.Events, 0)
 	// Releases answered 404 because their gateway was stopped past the
 	// validity (see answeredInTime): not violations, but logged, with the
 	// first of them, so that a run shows what the exemption covered.
@@ -290,6 +291,7 @@ func TestFaults(t *testing.T) {
 		t.Errorf("successful acquires with a client-chosen lease %d, with a minted one %d (want 100 or more each); "+
 			"2xx answers to a minted acquire without a Lease-Id: %d (want 0)", chosen, minted, missing)
 	}
+	reportModels(t, s.Models)
 	for _, c := range []struct {
 		name string
 		v    []Violation
@@ -304,12 +306,14 @@ func TestFaults(t *testing.T) {
 		if len(s.Unprotected.C2) == 0 {
 			t.Errorf("with the protection off the episodes caused no C2 violation")
 		}
+		expectIllegal(t, s.Unprotected.Models, "mutex")
 		path := filepath.Join("..", "RELIABILITY.md")
 		if s.Duration < 10*time.Minute {
 			t.Logf("run lasted %v: RELIABILITY.md is written only by runs of 10 minutes or more", s.Duration)
 			path = filepath.Join(os.TempDir(), fmt.Sprintf("lockgate-chaos-%d.md", s.Seed))
 		}
-		if err := os.WriteFile(path, []byte(s.Markdown()), 0o644); err != nil {
+		old, _ := os.ReadFile(filepath.Join("..", "RELIABILITY.md")) // its hand-written part is kept
+		if err := os.WriteFile(path, []byte(WithKept(s.Markdown(), old)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", path)
@@ -343,4 +347,5 @@ func TestFaultsCatchC2WithoutProtection(t *testing.T) {
 	if len(s.C2) > 0 {
 		t.Logf("caught %d C2 violations, first: %v", len(s.C2), s.C2[0])
 	}
+	expectIllegal(t, s.Models, "mutex")
 }

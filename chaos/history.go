@@ -16,9 +16,18 @@ const (
 	OpExtend            // PATCH /locks/{resource}
 	OpRelease           // DELETE /locks/{resource}
 	OpWrite             // a write to the fenced register carrying a token
+	// OpForceRelease breaks a lock whatever lease holds it (DELETE
+	// /locks/{resource}?force=true).
+	OpForceRelease
+	// OpPermitAcquire, OpPermitExtend and OpPermitRelease act on one permit
+	// of a semaphore of Permits permits; Resource names the semaphore.
+	OpPermitAcquire
+	OpPermitExtend
+	OpPermitRelease
 )
 
-var opNames = [...]string{"acquire", "extend", "release", "write"}
+var opNames = [...]string{"acquire", "extend", "release", "write", "force-release",
+	"permit-acquire", "permit-extend", "permit-release"}
 
 // String names the operation.
 func (o Op) String() string {
@@ -65,7 +74,14 @@ type Event struct {
 	Outcome Outcome
 	// ValidFor is validity_ms of an acquire or extend that succeeded, to be
 	// counted from Invoke.
-	ValidFor         time.Duration
+	ValidFor time.Duration
+	// TTL is the TTL an acquire or extend asked for (0: the gateway's
+	// default).
+	TTL time.Duration
+	// Permit is the permit a permit operation took or named (an Ok
+	// acquire's answer, or the permit an extend or release was sent for);
+	// Permits is the semaphore's K.
+	Permit, Permits  int
 	Invoke, Complete time.Duration
 	Gateway          int
 	// Foreign marks an extend or release sent with a lease that is not the

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -39,14 +40,43 @@ const (
 	kindFailover = "failover-lagging-replica"
 	// Every gateway is killed at once and started again (a deploy).
 	kindGwAll = "restart-every-gateway"
+	// One gateway's own link to node 2 is slowed (its replies to 20 KB/s:
+	// small replies pass, a read of the slot counters takes seconds); a
+	// node restarts empty; once another gateway serves it again and the
+	// load had half a TTL on it, its host crashes with the AOF cut back
+	// to what it held when it began serving; half a TTL later the link
+	// heals. The slowed gateway's recovery, on reads made before, is
+	// still under way.
+	kindSlowLink = "slow-recovery-link"
+	// A node restarts empty and, as soon as a gateway's metrics show it
+	// lost or quarantined, is killed and restarted again from its AOF,
+	// which holds the recovery's quarantine under way.
+	kindRecovering = "restart-during-recovery"
+	// A proxied node's proxy keeps its clients' connections open and dials
+	// the new server behind them; the node restarts from a copy of its
+	// data taken a TTL or two before, so the gateways' pooled connections
+	// reach the new process with no new connection.
+	kindKeepProxy = "keeping-proxy"
+	// A node's wall clock runs fast by half the gateways' drift allowance
+	// (DriftFactor 1 %: 0.5 %) for two TTLs, then at real speed again,
+	// ahead by what it gained, as a drifting host clock that NTP slews:
+	// its copies of locks expire early, within what the validity sets
+	// aside. Within lockgate's stated model (RELIABILITY.md's clock
+	// assumptions); a clock stepped past the allowance is not, and is not
+	// run.
+	kindClockDrift = "clock-drift"
 )
+
+// clockDriftRate is how fast a clock-drift node's clock runs.
+const clockDriftRate = 1.005
 
 // episodeEvery is how many random faults separate two episodes; the short
 // profile plays only the first.
 const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
-	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll}
+	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll,
+	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -167,6 +197,23 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.cl.nodes[i].Restart()
 		n.lost(f, i)
 		sleepCtx(ctx, n.healGap)
+	case kindClockDrift:
+		i := n.rng.IntN(len(n.cl.nodes))
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}}
+		n.cl.nodes[i].SetClock(0, clockDriftRate)
+		sleepCtx(ctx, 2*n.ttl)
+		n.cl.nodes[i].SetClock(0, 1)
+		f.End = n.now()
+		n.add(f)
+	case kindSlowLink:
+		n.slowRecoveryLink(ctx)
+	case kindRecovering:
+		n.restartDuringRecovery(ctx)
+	case kindKeepProxy:
+		p := n.rng.IntN(len(n.cl.proxies))
+		n.cl.proxies[p].SetKeepClients(true)
+		n.olderCopy(ctx, kind, n.proxyNode(p), func() {})
+		n.cl.proxies[p].SetKeepClients(false)
 	case kindGwAll:
 		f := Fault{Kind: kind, Target: "every gateway", Start: n.now()}
 		for g := range n.cl.gws {
@@ -198,6 +245,78 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 			n.t.Logf("client %d took no grant to stall on", c)
 		}
 	}
+}
+
+// waitState polls gateway g's metrics until node i's state is one of
+// states, for at most d, and reports whether it was.
+func (n *nemesis) waitState(ctx context.Context, g, i int, d time.Duration, states ...string) bool {
+	for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if slices.Contains(states, n.cl.gws[g].nodeState(n.cl.addrs[g][i])) {
+			return true
+		}
+	}
+	return false
+}
+
+// slowRecoveryLink plays kindSlowLink: a gateway g's link to node 2 slowed
+// while another node i loses its data twice, the second time after another
+// gateway put it back in service.
+func (n *nemesis) slowRecoveryLink(ctx context.Context) {
+	g, other := n.rng.IntN(len(n.cl.gws)), 0
+	for other == g {
+		other++
+	}
+	i := n.pickToWipe(n.cl.linked)
+	link := n.cl.links[g]
+	f := Fault{Kind: kindSlowLink, Target: fmt.Sprintf("%s, gw %d", n.nodeName(i), g), Start: n.now(),
+		Nodes: []int{i, n.cl.linked}, DataLoss: true}
+	link.SetRate(20 << 10)
+	n.cl.nodes[i].RestartEmpty()
+	if !n.waitState(ctx, other, i, 3*time.Second, "lost", "quarantined") ||
+		!n.waitState(ctx, other, i, 8*time.Second, "serving") {
+		n.t.Logf("%s: gateway %d did not report node %d quarantined, then serving", kindSlowLink, other, i)
+	}
+	sizes, err := aofSizes(n.cl.nodes[i].Dir())
+	if err != nil {
+		n.t.Errorf("%s: %v", kindSlowLink, err)
+		link.Heal()
+		return
+	}
+	sleepCtx(ctx, n.ttl/2)
+	n.cl.nodes[i].Kill()
+	for name, size := range sizes {
+		if err := os.Truncate(name, size); err != nil {
+			n.t.Errorf("%s: %v", kindSlowLink, err)
+		}
+	}
+	n.cl.nodes[i].Restart()
+	sleepCtx(ctx, n.ttl/2)
+	link.Heal()
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// restartDuringRecovery plays kindRecovering.
+func (n *nemesis) restartDuringRecovery(ctx context.Context) {
+	i := n.pickToWipe()
+	f := Fault{Kind: kindRecovering, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	n.cl.nodes[i].RestartEmpty()
+	seen := false
+	for end := time.Now().Add(3 * time.Second); !seen && time.Now().Before(end) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {
+		for g := range n.cl.gws {
+			if st := n.cl.gws[g].nodeState(n.cl.addrs[g][i]); st == "lost" || st == "quarantined" {
+				seen = true
+				break
+			}
+		}
+	}
+	if !seen {
+		n.t.Logf("%s: no gateway reported node %d lost or quarantined within 3s", kindRecovering, i)
+	}
+	n.cl.nodes[i].Kill()
+	n.cl.nodes[i].Restart()
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
 }
 
 // olderCopy copies node i's data, lets the load run a TTL or two, then
@@ -253,12 +372,16 @@ func aofSizes(dir string) (map[string]int64, error) {
 }
 
 // pickToWipe prefers a node that has not lost its data yet, so that over a
-// run more nodes lose data than a majority.
-func (n *nemesis) pickToWipe() int {
+// run more nodes lose data than a majority. It never picks a node of not.
+func (n *nemesis) pickToWipe(not ...int) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var fresh []int
+	var fresh, all []int
 	for i := range n.cl.nodes {
+		if slices.Contains(not, i) {
+			continue
+		}
+		all = append(all, i)
 		if !n.wiped[i] {
 			fresh = append(fresh, i)
 		}
@@ -266,7 +389,7 @@ func (n *nemesis) pickToWipe() int {
 	if len(fresh) > 0 {
 		return fresh[n.rng.IntN(len(fresh))]
 	}
-	return n.rng.IntN(len(n.cl.nodes))
+	return all[n.rng.IntN(len(all))]
 }
 
 // cycle acquires res through some replica as the episode's client (-1),
@@ -316,6 +439,9 @@ func (n *nemesis) episodeLagThenEmpty(ctx context.Context) {
 	n.add(f)
 	sleepCtx(ctx, n.ttl)
 	for _, i := range []int{0, 1} {
+		if ctx.Err() != nil {
+			return // the run is over: no healing gap is left to wait, so no more losses
+		}
 		f := Fault{Kind: kindEmpty, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
 		n.cl.nodes[i].RestartEmpty()
 		f.End = n.now()
@@ -393,6 +519,9 @@ func (n *nemesis) episodeLiveHolder(ctx context.Context) {
 		}
 	}
 	for _, i := range []int{2, 3, 4} {
+		if ctx.Err() != nil {
+			break // the run is over: no healing gap is left to wait, so no more losses
+		}
 		f := Fault{Kind: kindEmpty, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
 		n.cl.nodes[i].RestartEmpty()
 		f.End = n.now()

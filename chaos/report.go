@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/lockgate/lockgate/chaos/model"
 )
 
 // NodeMemory is one Redis node's key count (DBSIZE) and used_memory.
@@ -47,6 +49,8 @@ type Summary struct {
 	WipedNodes     []int
 	// Stalls are the node events slower than 25 ms (see Stall).
 	Stalls []Stall
+	// Models are the model checks of the history (CheckModels).
+	Models []model.Result
 	// Unprotected is the run of the two episodes with the protection off,
 	// when the report includes one.
 	Unprotected *Summary
@@ -214,7 +218,8 @@ func (s *Summary) Markdown() string {
 	p("Written by `LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v` (package `chaos`) from the run\n")
 	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
 		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
-	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync everysec`), nodes 3 and 4 behind a fault proxy;\n", s.Nodes)
+	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync everysec`), nodes 3 and 4 behind a fault proxy,\n", s.Nodes)
+	p("node 2 reached by each gateway through a link proxy of its own;\n")
 	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources, sending their own `Lease-Id` in half\n", s.Gateways, s.Clients)
 	p("the cycles and none (the gateway mints one) in the others; TTL %v. Data-loss protection: **%s**.\n\n",
 		s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
@@ -233,6 +238,12 @@ func (s *Summary) Markdown() string {
 				break
 			}
 			p("- %s\n", v)
+		}
+	}
+	if len(s.Models) > 0 {
+		p("\nModel checks (porcupine, models in `chaos/model`; rules in its doc.go):\n\n| model | operations | verdict | time to check |\n|---|---|---|---|\n")
+		for _, r := range s.Models {
+			p("| %s | %d | %s | %v |\n", r.Model, r.Ops, r.Verdict, r.Took.Round(time.Millisecond))
 		}
 	}
 	p("\nStale writes refused by the fenced register: **%d**. Gateway answers 5xx other than 503: **%d**.\n\n", s.Refused, s.ServerErrors())
@@ -266,6 +277,10 @@ func (s *Summary) Markdown() string {
 		p("## With the protection off\n\n")
 		p("The two deterministic episodes alone, gateways started with LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1, seed %d:\n", u.Seed)
 		p("C2 %s, C3 %s, C1 overlaps inside fault windows %d.\n\n", verdict(u.C2), verdict(u.C3), u.C1Excused)
+		for _, r := range u.Models {
+			p("Model %s: %d operations, %s in %v.\n", r.Model, r.Ops, r.Verdict, r.Took.Round(time.Millisecond))
+		}
+		p("\n")
 		for i, v := range u.C2 {
 			if i == 4 {
 				p("- … and %d more C2\n", len(u.C2)-4)
@@ -341,6 +356,20 @@ func (s *Summary) Markdown() string {
 	p("- **A holder that pauses past its TTL** still acts when it wakes; only storage that checks the fencing\n")
 	p("  token (package `fencing`) stops its writes. C1 is checked in fault-free windows only for this reason.\n")
 	p("- **Clock assumptions of Redlock:** bounded drift between the gateway and the nodes, bounded against the\n")
-	p("  drift allowance (1%% of the TTL + 2 ms). The suite runs everything on one machine's clock.\n")
+	p("  drift allowance (1%% of the TTL + 2 ms). The suite runs on one machine's clock; its clock-drift\n  kind runs one node's clock 0.5%% fast for two TTLs (within the allowance); clocks stepped past the\n  allowance are outside the model and not run.\n")
 	return b.String()
+}
+
+// KeptMarker starts the part of RELIABILITY.md that is written by hand
+// (the bug table, the model checker's section): a long run rewrites the
+// file above it and keeps everything from it on.
+const KeptMarker = "<!-- Written by hand from here on; the long run keeps it. -->"
+
+// WithKept is report followed by the hand-written part of old (from
+// KeptMarker on), if old has one.
+func WithKept(report string, old []byte) string {
+	if i := strings.Index(string(old), KeptMarker); i >= 0 {
+		return strings.TrimRight(report, "\n") + "\n\n" + string(old[i:])
+	}
+	return report
 }

@@ -118,3 +118,21 @@ func TestNearStallCountsCallsInTheStallsSecond(t *testing.T) {
 		}
 	}
 }
+
+// TestWithKept: a long run's report keeps RELIABILITY.md's hand-written
+// part, from KeptMarker on, and nothing above it.
+func TestWithKept(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, want string
+	}{
+		{"no file before", "", "# run\n"},
+		{"a file without the marker", "# old run\n", "# run\n"},
+		{"a file with the marker", "# old run\n\n" + KeptMarker + "\n## Bugs\n", "# run\n\n" + KeptMarker + "\n## Bugs\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := WithKept("# run\n", []byte(tc.old)); got != tc.want {
+				t.Errorf("WithKept = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

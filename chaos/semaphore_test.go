@@ -184,10 +184,11 @@ type permitter interface {
 	release(ctx context.Context, g semGrant) error
 }
 
-// semRun is one run's record.
+// semRun is one run's record: the grants and writes for checkSemaphore,
+// and every operation in rec for the model checker.
 type semRun struct {
-	begin time.Time
-	reg   *fencing.Memory
+	rec *Recorder
+	reg *fencing.Memory
 
 	mu     sync.Mutex
 	grants []semGrant
@@ -195,7 +196,28 @@ type semRun struct {
 	leases map[string]string // lease key → lease id, for release
 }
 
-func (r *semRun) now() time.Duration { return time.Since(r.begin) }
+func (r *semRun) now() time.Duration { return r.rec.Now() }
+
+// semOutcome is what a contender learnt from err: a call cut short by its
+// context may have taken effect; any other error is a refusal.
+func semOutcome(err error) Outcome {
+	switch {
+	case err == nil:
+		return Ok
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Unknown
+	}
+	return Fail
+}
+
+// op records one permit operation of contender id on g's permit.
+func (r *semRun) op(id int, op Op, g semGrant, invoke time.Duration, valid time.Duration, err error) {
+	if op == OpPermitAcquire && err != nil {
+		g.permit = -1 // no answer named one
+	}
+	r.rec.Add(Event{Client: id, Op: op, Resource: "jobs", Lease: g.lease, Token: uint64(g.token), Permit: g.permit,
+		Permits: semK, TTL: semTTL, ValidFor: valid, Invoke: invoke, Complete: r.now(), Outcome: semOutcome(err), Gateway: -1})
+}
 
 // write puts token into the store under the permit's key, recording
 // whether it was made within end and admitted.
@@ -206,6 +228,14 @@ func (r *semRun) write(g semGrant, end time.Duration) {
 	key := "permit-" + strconv.Itoa(g.permit) // the fence is per permit
 	err := r.reg.Put(context.Background(), key, key, uint64(g.token), []byte(g.lease))
 	r.writes = append(r.writes, semWrite{permit: g.permit, lease: g.lease, token: g.token, at: at, inWindow: at < end, admitted: err == nil})
+	e := Event{Client: -1, Op: OpWrite, Resource: key, Lease: g.lease, Token: uint64(g.token), Invoke: at, Complete: r.now(), Gateway: -1}
+	switch {
+	case errors.Is(err, fencing.ErrStaleToken):
+		e.Outcome, e.Stale = Fail, true
+	case err != nil:
+		e.Outcome = Fail // never judged (not Stale)
+	}
+	r.rec.Add(e)
 }
 
 func (r *semRun) record(g semGrant) {
@@ -221,6 +251,7 @@ func (r *semRun) contend(ctx context.Context, p permitter, id int, seed uint64) 
 	for ctx.Err() == nil {
 		invoke := r.now()
 		g, validity, err := p.acquire(ctx, "c"+strconv.Itoa(id))
+		r.op(id, OpPermitAcquire, g, invoke, validity, err)
 		if err != nil {
 			if !errors.Is(err, semaphore.ErrFull) {
 				time.Sleep(5 * time.Millisecond) // no quorum now: do not spin
@@ -232,7 +263,9 @@ func (r *semRun) contend(ctx context.Context, p permitter, id int, seed uint64) 
 		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond) // the work
 		if rng.IntN(3) == 0 {
 			ext := r.now()
-			if v, err := p.extend(ctx, g); err == nil {
+			v, err := p.extend(ctx, g)
+			r.op(id, OpPermitExtend, g, ext, v, err)
+			if err == nil {
 				g.end = max(g.end, ext+v)
 			}
 		}
@@ -244,7 +277,8 @@ func (r *semRun) contend(ctx context.Context, p permitter, id int, seed uint64) 
 		}
 		g.end = min(g.end, r.now())
 		r.record(g)
-		_ = p.release(context.WithoutCancel(ctx), g)
+		rel := r.now()
+		r.op(id, OpPermitRelease, g, rel, 0, p.release(context.WithoutCancel(ctx), g))
 	}
 }
 
@@ -458,7 +492,7 @@ func semDuration(t *testing.T) time.Duration {
 // runSemaphore runs semContenders contenders against p while the nemesis
 // faults the cluster for d, and returns the record.
 func runSemaphore(t *testing.T, c *semCluster, p func(i int) permitter, d time.Duration, seed uint64) (*semRun, int) {
-	run := &semRun{begin: time.Now(), reg: fencing.NewMemory()}
+	run := &semRun{rec: NewRecorder(), reg: fencing.NewMemory()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range semContenders {
@@ -499,6 +533,7 @@ func TestSemaphoreNeverAdmitsMoreThanK(t *testing.T) {
 	for _, v := range checkSemaphore(semK, run.grants, run.writes, runEnd, semRegrantSlop) {
 		t.Error(v)
 	}
+	reportModels(t, CheckModels(run.rec.Events(), semK))
 
 	// Every contender is gone; those that held a permit never released it.
 	deadline := time.Now().Add(semTTL + semRegrantSlop)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockgate/lockgate/fencing"
 )
 
 // workload is the clients' side of a run.
@@ -76,6 +78,12 @@ func (w *workload) send(ctx context.Context, client, gw int, op Op, res, lease, 
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+		var in struct {
+			TTLMs int64 `json:"ttl_ms"`
+		}
+		if json.Unmarshal([]byte(body), &in) == nil {
+			e.TTL = time.Duration(in.TTLMs) * time.Millisecond
+		}
 	}
 	e.Invoke = w.rec.Now()
 	resp, err := w.http.Do(req)
@@ -132,8 +140,10 @@ func (w *workload) write(ctx context.Context, client int, res, lease string, tok
 	switch {
 	case err == nil:
 		e.Outcome = Ok
-	default:
+	case errors.Is(err, fencing.ErrStaleToken):
 		e.Outcome, e.Stale = Fail, true
+	default:
+		e.Outcome = Fail // never made: the run's end cancelled it (not Stale)
 	}
 	w.rec.Add(e)
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/lockgate/lockgate/api"
 )
 
@@ -296,6 +298,7 @@ func (c *Client) doPath(ctx context.Context, op, method, path, escaped, leaseID 
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	injectTrace(ctx, req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -358,3 +361,11 @@ func NewLeaseID() string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// injectTrace sends the W3C traceparent (and tracestate) of ctx's span,
+// if it has one, so that the gateway's spans join the caller's trace. It
+// uses the TraceContext propagator itself rather than the global one,
+// which is a no-op until an application sets it.
+func injectTrace(ctx context.Context, req *http.Request) {
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+}

@@ -37,4 +37,23 @@
 // acts too late is the fencing token, checked by the storage it writes to:
 // SetFencingHeaders puts it on a request for the fencing package's
 // middleware.
+//
+// The module is not published, so go get cannot resolve it. Another module
+// depends on a clone of the repository through a replace directive; in that
+// module, with the clone at ../lockgate:
+//
+//	go mod edit -require=github.com/lockgate/lockgate@v0.0.0 -replace=github.com/lockgate/lockgate=../lockgate
+//	go mod tidy
+//
+// which adds to its go.mod:
+//
+//	require github.com/lockgate/lockgate v0.0.0
+//	replace github.com/lockgate/lockgate => ../lockgate
+//
+// Then go mod vendor keeps a copy of the packages it uses in vendor/, and
+// its builds need the clone no more.
+//
+// Every request carries the W3C traceparent of its context's span, if it
+// has one (OpenTelemetry), so that a tracing gateway's spans join the
+// caller's trace. Nothing else about the call is sent to the tracer.
 package client

@@ -57,6 +57,7 @@ func (c *Client) Watch(ctx context.Context, resource string, after int64, wait t
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	injectTrace(ctx, req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return Leader{}, c.noAnswer(ctx, "watch", err)

@@ -117,6 +117,10 @@ func (e *ProblemError) sentinel() error {
 		return ErrSemaphoreFull
 	case api.ProblemPermitsMismatch:
 		return ErrPermitsMismatch
+	case api.ProblemModeHeld:
+		return ErrModeHeld
+	case api.ProblemNotSupported:
+		return ErrNotSupported
 	}
 	switch {
 	case e.Status == http.StatusUnauthorized:

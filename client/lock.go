@@ -78,7 +78,8 @@ func (o *LockOptions) withDefaults() LockOptions {
 type Lock struct {
 	c        *Client
 	resource string
-	permit   int // the permit's number for HoldPermit, -1 for a lock
+	permit   int  // the permit's number for HoldPermit, -1 for a lock
+	rw       bool // a readers-writer hold (HoldRW)
 	leaseID  string
 	token    int64
 	ttl      time.Duration
@@ -139,7 +140,7 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 		return nil, err
 	}
 
-	return c.hold(ctx, resource, -1, lease, opt), nil
+	return c.hold(ctx, resource, -1, false, lease, opt), nil
 }
 
 // retryTransient calls try until it returns nil or an error that is not
@@ -173,9 +174,9 @@ func (c *Client) retryTransient(ctx context.Context, wait time.Duration, try fun
 
 // hold starts the watchdog of lease, a lock on resource or, with permit ≥
 // 0, permit of the semaphore resource.
-func (c *Client) hold(ctx context.Context, resource string, permit int, lease *Lease, opt LockOptions) *Lock {
+func (c *Client) hold(ctx context.Context, resource string, permit int, rw bool, lease *Lease, opt LockOptions) *Lock {
 	l := &Lock{
-		c: c, resource: resource, permit: permit, leaseID: lease.LeaseID, token: lease.FencingToken,
+		c: c, resource: resource, permit: permit, rw: rw, leaseID: lease.LeaseID, token: lease.FencingToken,
 		ttl: opt.TTL, margin: opt.Margin, onRenew: opt.OnRenew,
 		done: make(chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
 		last: lease,

@@ -195,7 +195,7 @@ func (c *Client) HoldPermit(ctx context.Context, name string, permits int, o *Lo
 		ext.Permits = p.Permits
 		p = ext
 	}
-	return c.hold(ctx, name, p.Permit.Permit, p.asLease(), opt), nil
+	return c.hold(ctx, name, p.Permit.Permit, false, p.asLease(), opt), nil
 }
 
 // releasePermitQuietly gives back the permit ao.LeaseID may hold after a
@@ -210,11 +210,15 @@ func (c *Client) releasePermitQuietly(ctx context.Context, name string, permits 
 	}
 }
 
-// Permit is the permit's number for a Lock from HoldPermit, -1 for a lock.
+// Permit is the permit's number for a Lock from HoldPermit, -1 for a lock
+// or a readers-writer hold.
 func (l *Lock) Permit() int { return l.permit }
 
 // fenceResource is what SetFencingHeaders names.
 func (l *Lock) fenceResource() string {
+	if l.rw {
+		return RWFenceResource(l.resource)
+	}
 	if l.permit < 0 {
 		return l.resource
 	}
@@ -223,6 +227,13 @@ func (l *Lock) fenceResource() string {
 
 // extend renews the lock or permit once.
 func (l *Lock) extend(ctx context.Context, o *ExtendOptions) (*Lease, error) {
+	if l.rw {
+		h, err := l.c.ExtendRW(ctx, l.resource, l.leaseID, o)
+		if err != nil {
+			return nil, err
+		}
+		return h.asLease(), nil
+	}
 	if l.permit < 0 {
 		return l.c.Extend(ctx, l.resource, l.leaseID, o)
 	}
@@ -235,6 +246,9 @@ func (l *Lock) extend(ctx context.Context, o *ExtendOptions) (*Lease, error) {
 
 // release gives the lock or permit back once.
 func (l *Lock) release(ctx context.Context) error {
+	if l.rw {
+		return l.c.ReleaseRW(ctx, l.resource, l.leaseID)
+	}
 	if l.permit < 0 {
 		return l.c.Release(ctx, l.resource, l.leaseID, l.token)
 	}

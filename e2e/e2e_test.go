@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -140,8 +141,14 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 
 	var outputs []string
-	waited := 0
+	waited, elections := 0, 0
 	for _, w := range ws {
+		if w.Doc+"#"+w.Heading == electionRecipe {
+			elections++
+			if err := checkTakeover(w); err != nil {
+				t.Error(err)
+			}
+		}
 		t.Run(w.Doc+"#"+w.Heading, func(t *testing.T) {
 			res, err := walkthrough.Check(t.Context(), w, func(int) (walkthrough.Env, error) {
 				if w.FreshStore { // as the document says: restart fencedkv, whose memory forgets
@@ -171,6 +178,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 	if waited == 0 {
 		t.Error("no walkthrough step waited for a held lock (a PUT with wait_ms answered lock-taken)")
 	}
+	if elections != 1 {
+		t.Errorf("%d walkthroughs %s, want the election recipe's run", elections, electionRecipe)
+	}
 	// The embedded store's tokens start from the clock, so that they grow
 	// across restarts: above any token of an earlier start.
 	tokens, leases := 0, 0
@@ -193,7 +203,44 @@ func TestReadmeWalkthrough(t *testing.T) {
 	}
 }
 
+// electionRecipe is the walkthrough that runs the election script with two
+// candidates and kills the leader.
+const electionRecipe = "docs/watch.md#Leader election with curl"
+
+// checkTakeover checks what the election recipe's answers alone cannot
+// show: the leader is killed with its process group (kill -9), and the
+// answer that must show the other candidate leading is asked for no later
+// than the recipe's TTL and 2 s after. The answers (compared as for every
+// walkthrough) show the new leader and its higher term.
+func checkTakeover(w walkthrough.Walkthrough) error {
+	var ttl time.Duration
+	for i, s := range w.Steps {
+		if m := leaderTTL.FindStringSubmatch(s.Command); m != nil {
+			ms, _ := strconv.Atoi(m[1])
+			ttl = time.Duration(ms) * time.Millisecond
+		}
+		if !strings.HasPrefix(s.Command, "kill -9 -- -") {
+			continue
+		}
+		if ttl == 0 || i+1 == len(w.Steps) {
+			return fmt.Errorf("%s:%d: the leader is killed without a LEADER_TTL_MS before or an answer after", w.Doc, s.Line)
+		}
+		next := w.Steps[i+1]
+		m := sleepThenAsk.FindStringSubmatch(next.Command)
+		if m == nil || !strings.Contains(next.Shown, `"owner":"node-b"`) {
+			return fmt.Errorf("%s:%d: after the kill, want \"sleep N; curl …\" showing node-b leading, have %q showing %q", w.Doc, next.Line, next.Command, next.Shown)
+		}
+		if wait, _ := time.ParseDuration(m[1] + "s"); wait > ttl+2*time.Second {
+			return fmt.Errorf("%s:%d: the new leader is asked for %v after the kill, later than the TTL (%v) and 2 s", w.Doc, next.Line, wait, ttl)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s:%d: the election recipe's run kills no leader (kill -9 -- -PGID)", w.Doc, w.Line)
+}
+
 var (
+	leaderTTL     = regexp.MustCompile(`LEADER_TTL_MS=([0-9]+)`)
+	sleepThenAsk  = regexp.MustCompile(`^sleep ([0-9.]+); curl `)
 	waitMs        = regexp.MustCompile(`"wait_ms": ?([0-9]+)`)
 	answeredToken = regexp.MustCompile(`"fencing_token":([0-9]+)`)
 	answeredLease = regexp.MustCompile(`(?:"lease_id":"|Lease-Id: )([A-Za-z0-9_-]{16,128})`)
@@ -260,10 +307,10 @@ func TestStaleWriterIsRefused(t *testing.T) {
 	}
 }
 
-// TestShutdownEndsWaits: SIGTERM ends a waiting PUT with 503 at once and the
-// gateway exits cleanly.
+// TestShutdownEndsWaits: SIGTERM, with no drain delay, ends a waiting PUT
+// with 503 at once and the gateway exits cleanly.
 func TestShutdownEndsWaits(t *testing.T) {
-	gw := start(t, binary(t, "lockgate"))
+	gw := start(t, binary(t, "lockgate"), "-shutdown-delay", "0s")
 	url := gw.URL + "/locks/shutdown"
 	expect(t, "holder acquires", call(t, "PUT", url, `{"ttl_ms": 60000}`), 201)
 

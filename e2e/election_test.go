@@ -16,18 +16,26 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/internal/gatewaytest"
 	"github.com/lockgate/lockgate/internal/redistest"
+	"github.com/lockgate/lockgate/internal/testlog"
 )
 
 // observer records the terms one client.Observe saw.
 type observer struct {
-	mu    sync.Mutex
-	terms []int64 // every Leader received, 0 for none
+	mu      sync.Mutex
+	terms   []int64  // every Leader received, 0 for none
+	leaders []string // the same, as term/owner, for a failure's message
 }
 
 func (o *observer) seen() []int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Clone(o.terms)
+}
+
+func (o *observer) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return strings.Join(o.leaders, " ")
 }
 
 func observeElection(t *testing.T, ctx context.Context, base, election string) *observer {
@@ -41,6 +49,7 @@ func observeElection(t *testing.T, ctx context.Context, base, election string) *
 		for l := range c.Observe(ctx, election) {
 			o.mu.Lock()
 			o.terms = append(o.terms, l.Term)
+			o.leaders = append(o.leaders, fmt.Sprintf("%d/%s", l.Term, l.Owner))
 			o.mu.Unlock()
 		}
 	}()
@@ -54,6 +63,7 @@ type campaigner struct {
 	cmd  *exec.Cmd
 	file string
 	done chan struct{}
+	log  testlog.Buffer // run's stderr, shown when the test fails
 }
 
 func campaign(t *testing.T, lockgate, gateway, election, owner, dir string, ttl time.Duration) *campaigner {
@@ -63,6 +73,7 @@ func campaign(t *testing.T, lockgate, gateway, election, owner, dir string, ttl 
 		"--wait", "2m", "--owner", owner, "--",
 		"sh", "-c", `echo "$LOCKGATE_FENCING_TOKEN" >>"$0"; exec sleep 600`, c.file)
 	c.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	c.cmd.Stderr = &c.log
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +81,9 @@ func campaign(t *testing.T, lockgate, gateway, election, owner, dir string, ttl 
 	t.Cleanup(func() {
 		_ = c.cmd.Process.Kill() // its command hears of it (parent-death signal)
 		<-c.done
+		if t.Failed() {
+			t.Logf("lockgate run --owner %s: %s", owner, c.log.String())
+		}
 	})
 	return c
 }
@@ -184,7 +198,7 @@ func TestElectionSurvivesKilledLeaders(t *testing.T) {
 			}
 		}
 		if !slices.Equal(got, terms) {
-			t.Errorf("observer %d saw terms %v, want each of %v once, in order", i, got, terms)
+			t.Errorf("observer %d saw terms %v (term/owner: %v), want each of %v once, in order", i, got, o, terms)
 		}
 	}
 }

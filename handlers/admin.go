@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/lockcore"
@@ -79,7 +80,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	for _, l := range page.Locks {
 		out.Locks = append(out.Locks, api.LockInfo{
 			Resource: l.Resource, FencingToken: l.Token, Owner: l.Owner,
-			TTLms: l.TTL.Milliseconds(), ExpiresAt: l.Expires.UTC(),
+			TTLms: l.TTL.Milliseconds(), ExpiresAt: l.Expires.UTC(), GrantedAt: grantedAt(l.Granted),
 		})
 	}
 	if page.Next != "" {
@@ -137,3 +138,13 @@ func (s *server) forceRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 var apiForbidden = problemKind{api.ProblemForbidden, "Forbidden", "forbidden"}
+
+// grantedAt is a lock's granted_at: t in UTC, or nil when t is zero (a
+// lock service that does not tell).
+func grantedAt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}

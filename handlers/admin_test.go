@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -111,6 +112,40 @@ func TestListLocks(t *testing.T) {
 		p := wantProblem(t, g.do(t, GET, tc.target, ""), http.StatusBadRequest, api.ProblemInvalid)
 		if p.Field != tc.field {
 			t.Errorf("%s: field %q, want %q", tc.target, p.Field, tc.field)
+		}
+	}
+}
+
+// The listing and GET /locks/{resource} give when a lock was granted
+// (granted_at): between the request that took it and the answer, and more
+// than its TTL before expires_at, which the drift allowance makes early.
+// The time held is now - granted_at; TTL less the time left would
+// overstate it by that allowance.
+func TestListingGivesWhenALockWasGranted(t *testing.T) {
+	t.Parallel()
+	g := defaultGateway(t)
+	before := time.Now()
+	g.acquire(t, "granted:1", "", `{"ttl_ms":60000,"owner":"w"}`)
+	listed := g.do(t, GET, "/locks?prefix=granted:", "").list(t)
+	var inspected api.LockInfo
+	if res := g.do(t, GET, "/locks/granted:1", ""); res.Status != http.StatusOK || json.Unmarshal(res.Body, &inspected) != nil {
+		t.Fatalf("GET /locks/granted:1: %s", res)
+	}
+	after := time.Now()
+	if len(listed.Locks) != 1 {
+		t.Fatalf("listed %+v, want granted:1", listed)
+	}
+	for what, l := range map[string]api.LockInfo{"listed": listed.Locks[0], "inspected": inspected} {
+		if l.GrantedAt == nil {
+			t.Errorf("%s: no granted_at: %+v", what, l)
+			continue
+		}
+		// JSON times have nanoseconds; the gateway's clock is this one.
+		if l.GrantedAt.Before(before.Add(-time.Millisecond)) || l.GrantedAt.After(after) {
+			t.Errorf("%s: granted_at %v, not between the request %v and the answer %v", what, *l.GrantedAt, before, after)
+		}
+		if end := l.GrantedAt.Add(time.Duration(l.TTLms) * time.Millisecond); !end.After(l.ExpiresAt) {
+			t.Errorf("%s: granted_at + ttl %v is not after expires_at %v: the drift allowance is not in expires_at alone", what, end, l.ExpiresAt)
 		}
 	}
 }

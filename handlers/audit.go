@@ -29,6 +29,9 @@ func auditOp(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, semaphorePrefix); ok {
 		return semaphoreAuditOp(r.Method, rest)
 	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, rwPrefix); ok {
+		return rwAuditOp(r.Method, rest)
+	}
 	res, ok := strings.CutPrefix(r.URL.Path, "/locks/")
 	if !ok || res == "" {
 		return ""
@@ -126,9 +129,12 @@ func auditOutcome(status int, outcome string) string {
 	return strconv.Itoa(status)
 }
 
-// auditResource is the resource an audited path names: a lock's, or a
-// semaphore's (its permit is not part of it).
+// auditResource is the resource an audited path names: a lock's, a
+// readers-writer lock's, or a semaphore's (its permit is not part of it).
 func auditResource(path string) string {
+	if rest, ok := strings.CutPrefix(path, rwPrefix); ok {
+		return rest
+	}
 	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {
 		name, _, _ := strings.Cut(rest, "/")
 		return name

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/auth"
 	"github.com/lockgate/lockgate/handlers"
@@ -121,6 +123,16 @@ type redisReplicas struct {
 	spread func(t *testing.T, names []string)
 }
 
+// loadedNodeTimeout gives the replicas a node timeout for a loaded
+// machine. The scenarios check answers, not speed, and each answer needs
+// every node call (a listing's scan steps, one node at a time) to come
+// back: under -race with the CPUs busy, calls to live redis-server
+// processes took over the default 50 ms, and the scenarios got 503
+// no-quorum, or a listing that skipped a node and so repeated names.
+// lockcore.Options.NodeTimeout says to raise it on a saturated gateway;
+// MinTTL keeps its required room (twice the node timeout).
+var loadedNodeTimeout = &lockcore.Options{NodeTimeout: time.Second, MinTTL: 2 * time.Second}
+
 // ops returns the headers of a request by b's redisOps token, then hdr.
 func ops(hdr ...string) []string { return append(bearerOf(redisOps), hdr...) }
 
@@ -130,7 +142,9 @@ func ops(hdr ...string) []string { return append(bearerOf(redisOps), hdr...) }
 // its refusals to spy when it is not nil).
 func contractOverRedis(t *testing.T, connect func(t *testing.T, spy *refusals) []lockcore.Node, spread func(t *testing.T, names []string)) {
 	r := &redisReplicas{spy: &refusals{n: map[string]int{}}, spread: spread}
-	r.a, r.hub = hubGateway(t, connect(t, r.spy), &watch.Options{Poll: time.Hour}, nil)
+	// A failing scenario's log shows the per-node causes of a 503.
+	lg := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	r.a, r.hub = hubGateway(t, connect(t, r.spy), loadedNodeTimeout, &watch.Options{Poll: time.Hour}, &handlers.Options{Logger: &lg})
 	r.srv = r.a.serve(t, nil)
 	// Before srv.Close, which waits for its handlers: closing the hub ends
 	// any long poll or stream still open when a scenario fails.
@@ -139,9 +153,9 @@ func contractOverRedis(t *testing.T, connect func(t *testing.T, spy *refusals) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.b, _ = hubGateway(t, connect(t, nil), nil, &handlers.Options{
+	r.b, _ = hubGateway(t, connect(t, nil), loadedNodeTimeout, nil, &handlers.Options{
 		Middleware: []func(http.Handler) http.Handler{p.Middleware},
-		AllowForce: true, Grants: p.Grants, Caller: p.Name,
+		AllowForce: true, Grants: p.Grants, Caller: p.Name, Logger: &lg,
 	})
 	for _, sc := range redisScenarios {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, r) })
@@ -212,6 +226,10 @@ var redisScenarios = []struct {
 			if res := g.do(t, GET, "/readyz", ""); res.Status != http.StatusOK || json.Unmarshal(res.Body, &h) != nil || h.Status != "ready" {
 				t.Fatalf("readyz: %s", res)
 			}
+			// Each node's state, in the 200 as in the 503.
+			if len(h.Nodes) != 3 || slices.ContainsFunc(h.Nodes, func(n api.NodeState) bool { return n.State != "serving" || n.Since == nil }) {
+				t.Errorf("readyz: nodes %+v, want 3 serving, each with since", h.Nodes)
+			}
 		}
 	}},
 
@@ -258,7 +276,7 @@ var redisScenarios = []struct {
 		wantLease(t, r.b.do(t, PATCH, "/locks/ext", "", ops(api.HeaderLeaseID, l.LeaseID)...), http.StatusOK, "ext")
 		wantProblem(t, r.a.do(t, PATCH, "/locks/ext", "", append([]string{api.HeaderLeaseID, l.LeaseID}, ifMatch(l.FencingToken+1)...)...),
 			http.StatusPreconditionFailed, api.ProblemTokenMismatch)
-		res := r.a.do(t, PATCH, "/locks/ext", `{"ttl_ms":1000}`, api.HeaderLeaseID, leaseB)
+		res := r.a.do(t, PATCH, "/locks/ext", `{"ttl_ms":2000}`, api.HeaderLeaseID, leaseB)
 		if p := wantProblem(t, res, http.StatusConflict, api.ProblemHeldByOther); p.RetryAfterMs == nil || *p.RetryAfterMs <= 0 {
 			t.Errorf("retry_after_ms %v, want above 0", p.RetryAfterMs)
 		}

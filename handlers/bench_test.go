@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgate/lockgate/api"
 	"github.com/lockgate/lockgate/handlers"
@@ -53,6 +55,12 @@ func reportCPU(b *testing.B, start time.Duration) {
 
 // benchGateway returns the production handler stack over three memnodes.
 func benchGateway(b *testing.B) (http.Handler, *lockcore.Redlock) {
+	return benchGatewayTraced(b, nil)
+}
+
+// benchGatewayTraced is benchGateway with tp as the handlers' Tracer (none
+// when nil).
+func benchGatewayTraced(b *testing.B, tp trace.TracerProvider) (http.Handler, *lockcore.Redlock) {
 	b.Helper()
 	// A node timeout of 1s instead of 50ms (and a minimum TTL that allows
 	// it): on a busy machine a goroutine descheduled for 50ms would turn
@@ -67,7 +75,7 @@ func benchGateway(b *testing.B) (http.Handler, *lockcore.Redlock) {
 	log := zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Str("service", "lockgate").Logger()
 	h, err := handlers.New(rl, &handlers.Options{
 		Logger: &log, BodyLimit: 16 << 10, DefaultTTL: 30 * time.Second,
-		OnRequest: m.Request, Metrics: m.Handler(),
+		OnRequest: m.Request, Metrics: m.Handler(), Tracer: tp,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -154,8 +162,34 @@ var benchSeq atomic.Int64
 // BenchmarkAcquireRelease is one PUT /locks/{r} {"ttl_ms":10000} and one
 // DELETE /locks/{r} with the lease it got, per op. Each goroutine has its
 // own resource, so nothing contends for a lock.
-func BenchmarkAcquireRelease(b *testing.B) {
-	h, _ := benchGateway(b)
+func BenchmarkAcquireRelease(b *testing.B) { benchAcquireRelease(b, nil) }
+
+// BenchmarkAcquireReleaseTraced is BenchmarkAcquireRelease with tracing on,
+// as cmd/lockgate configures it: parent-based TraceIDRatio sampling at 1 %
+// and 100 %, spans batched to an exporter that drops them (the OTLP
+// encoding is the bench module's to measure). Compare with
+// BenchmarkAcquireRelease: the difference is what tracing costs the
+// request path.
+func BenchmarkAcquireReleaseTraced(b *testing.B) {
+	for _, ratio := range []float64{0.01, 1} {
+		b.Run(strconv.FormatFloat(ratio*100, 'f', -1, 64)+"%", func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(
+				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+				sdktrace.WithBatcher(discardExporter{}))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			benchAcquireRelease(b, tp)
+		})
+	}
+}
+
+// discardExporter drops every span.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+func benchAcquireRelease(b *testing.B, tp trace.TracerProvider) {
+	h, _ := benchGatewayTraced(b, tp)
 	b.ReportAllocs()
 	defer reportCPU(b, cpuTime(b))
 	b.RunParallel(func(pb *testing.PB) {

@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-playground/validator/v10"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	lockgate "github.com/lockgate/lockgate"
 	"github.com/lockgate/lockgate/api"
@@ -46,7 +47,7 @@ type Options struct {
 	// written, with the operation (see Operation), the outcome the access
 	// log records ("acquired", "taken", "timed_out", "bad_request", ...;
 	// "unauthorized" or "forbidden" for a 401 or 403 written by a
-	// Middleware; "" when none was recorded, as for /healthz), the status,
+	// Middleware; "" when none was recorded, as for /livez), the status,
 	// and the time taken. It must not block.
 	OnRequest func(op, outcome string, status int, d time.Duration)
 	// Metrics, if set, is served at GET /metrics (e.g. promhttp). It sits
@@ -68,7 +69,8 @@ type Options struct {
 	Caller func(r *http.Request) string
 	// RateLimit, if above 0, allows each caller (see Caller; the client
 	// certificate's subject; else the client's IP address) that many
-	// requests per second on /locks, /locks/... and /semaphores/..., in
+	// requests per second on /locks, /locks/..., /semaphores/... and
+	// /rwlocks/..., in
 	// bursts of up to RateBurst (default 1); beyond, 429 with Retry-After.
 	// Applied after Middleware, so unknown tokens still get 401.
 	RateLimit float64
@@ -98,6 +100,14 @@ type Options struct {
 	// comment line, so that proxies keep it open and a client that left
 	// is found. Default 15s.
 	StreamHeartbeat time.Duration
+	// Tracer, if set, gets one server span per request (see traced), the
+	// child of the request's W3C traceparent; the lock service adds its
+	// own spans under it. Default: no tracing.
+	Tracer trace.TracerProvider
+	// Drain, if set, is the gateway's shutdown: once it begins /readyz
+	// answers 503 shutting-down, and EndStreams ends every event stream
+	// with a shutdown event. Default: never draining.
+	Drain *Drain
 	// StreamIdle ends an event stream that had no event for that long;
 	// the client connects again and starts from the current state.
 	// Default 5m.
@@ -111,6 +121,7 @@ type server struct {
 	cursors  *cursorSeal
 	waiters  *waiterShares // nil: no share per caller
 	sems     *semaphore.Semaphores
+	rw       RWLocker  // nil: no /rwlocks
 	watch    LockWatch // nil: no long poll, no stream
 }
 
@@ -153,12 +164,20 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 		s.sems = semaphore.New(locker)
 	}
 	s.watch = watchOf(&o, locker)
+	s.rw, _ = locker.(RWLocker)
 	if o.WaitersPerCaller > 0 {
 		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
 	}
 
 	r := chi.NewRouter()
-	r.Use(accessLog(*o.Logger), s.audit, recoverer)
+	nodes, _ := locker.(nodeReporter)
+	r.Use(accessLog(*o.Logger, nodes), s.audit, recoverer)
+	if o.Drain != nil {
+		r.Use(o.Drain.closeConnections)
+	}
+	if o.Tracer != nil {
+		r.Use(traced(o.Tracer))
+	}
 	r.Use(headAsGet)
 	if o.OnRequest != nil {
 		r.Use(observe(o.OnRequest))
@@ -183,6 +202,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	})
 
 	r.Get("/healthz", s.healthz)
+	r.Get("/livez", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", serveSpec)
 	if o.Metrics != nil {
@@ -203,6 +223,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Delete("/locks/{resource}", s.release)
 	r.Get("/locks/{resource}", s.inspect)
 	s.semaphoreRoutes(r)
+	s.rwRoutes(r)
 	return r, nil
 }
 

@@ -938,15 +938,42 @@ func TestNoQuorum(t *testing.T) {
 	})
 }
 
+// TestLivenessAsksNoNode: with every node down /readyz is 503 while /livez
+// (and /healthz, its older name) answers 200 from the process alone.
+func TestLivenessAsksNoNode(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, []lockcore.Node{downNode("down-1"), downNode("down-2"), downNode("down-3")}, nil, nil)
+	wantProblem(t, g.do(t, GET, "/readyz", ""), http.StatusServiceUnavailable, api.ProblemNoQuorum)
+	for _, target := range []string{"/livez", "/healthz"} {
+		res := g.do(t, GET, target, "")
+		var h api.Health
+		if err := json.Unmarshal(res.Body, &h); err != nil || res.Status != http.StatusOK || h.Status != "ok" {
+			t.Errorf("GET %s with every node down: %s, want 200 status ok", target, res)
+		}
+		if res := g.do(t, http.MethodHead, target, ""); res.Status != http.StatusOK {
+			t.Errorf("HEAD %s with every node down: %s", target, res)
+		}
+	}
+}
+
 func TestHealth(t *testing.T) {
 	t.Parallel()
 	// One node of three down still leaves a quorum.
 	g := newGateway(t, append(memNodes(2, nil), downNode("down")), nil, nil)
-	for _, tc := range []struct{ target, status string }{{"/healthz", "ok"}, {"/readyz", "ready"}} {
+	for _, tc := range []struct{ target, status string }{{"/healthz", "ok"}, {"/livez", "ok"}, {"/readyz", "ready"}} {
 		res := g.do(t, GET, tc.target, "")
 		var h api.Health
 		if err := json.Unmarshal(res.Body, &h); err != nil || res.Status != http.StatusOK || h.Status != tc.status {
 			t.Errorf("GET %s: %s, want 200 status %q", tc.target, res, tc.status)
+		}
+		// While ready, /readyz says which node does not serve, since
+		// when and why, without its name or address.
+		if tc.target != "/readyz" {
+			continue
+		}
+		if len(h.Nodes) != 3 || h.Nodes[2].State != "unreachable" || h.Nodes[2].Since == nil ||
+			h.Nodes[2].Reason != "its check failed: an error (the gateway's log has it)" || strings.Contains(string(res.Body), "down") {
+			t.Errorf("GET /readyz: %s, want node 3 unreachable, since when and why, never its name", res)
 		}
 	}
 }
@@ -1331,7 +1358,9 @@ func TestHostileInputIsRefusedWithAProblem(t *testing.T) {
 func TestANoQuorumAnswerSaysWhenAQuorumIsBack(t *testing.T) {
 	t.Parallel()
 	a, b, c := memnode.New(nil), memnode.New(nil), memnode.New(nil)
-	g := newGateway(t, []lockcore.Node{a, b, c}, &lockcore.Options{CheckInterval: 10 * time.Millisecond}, nil)
+	var logs testlog.Buffer
+	lg := zerolog.New(&logs)
+	g := newGateway(t, []lockcore.Node{a, b, c}, &lockcore.Options{CheckInterval: 10 * time.Millisecond}, &handlers.Options{Logger: &lg})
 	if res := g.do(t, GET, "/readyz", ""); res.Status != http.StatusOK {
 		t.Fatalf("readyz before the losses: %s", res)
 	}
@@ -1355,9 +1384,33 @@ func TestANoQuorumAnswerSaysWhenAQuorumIsBack(t *testing.T) {
 		!strings.Contains(p.Nodes[1].Reason, "serves again after") {
 		t.Fatalf("readyz's nodes: %+v", p.Nodes)
 	}
+	until := *p.Nodes[1].Until
+	// A probe of /readyz is no operation that failed: the node states
+	// are logged once, where they change, not once per probe.
+	if n := strings.Count(logs.String(), "no quorum of lock nodes"); n != 0 {
+		t.Errorf("%d warnings from probes of /readyz:\n%s", n, logs.String())
+	}
 	res := g.do(t, PUT, "/locks/r", `{"ttl_ms":1000}`)
-	wantProblem(t, res, http.StatusServiceUnavailable, api.ProblemNoQuorum)
+	if n := strings.Count(logs.String(), "no quorum of lock nodes"); n != 1 {
+		t.Errorf("%d warnings for one PUT without a quorum, want 1", n)
+	}
+	p = wantProblem(t, res, http.StatusServiceUnavailable, api.ProblemNoQuorum)
 	if s, _ := strconv.Atoi(res.Header.Get(api.HeaderRetryAfter)); s < 3000 || s > 3700 {
 		t.Fatalf("Retry-After %q with the quorum back in an hour", res.Header.Get(api.HeaderRetryAfter))
+	}
+	// The detail says which nodes are out, why and until when, and does
+	// not call an hour's wait a passing failure.
+	for _, want := range []string{"1 of the 2 lock nodes needed answered", "node 2 of 3, quarantined after a restart or a loss of data",
+		"node 3 of 3, quarantined", "serves again after", "until about ", "retrying sooner fails the same way"} {
+		if !strings.Contains(p.Detail, want) {
+			t.Errorf("detail %q, want it to say %q", p.Detail, want)
+		}
+	}
+	if strings.Contains(p.Detail, "try again") || strings.Contains(p.Detail, "node 1 ") {
+		t.Errorf("detail %q: calls the quarantine transient, or names the serving node", p.Detail)
+	}
+	_, after, _ := strings.Cut(p.Detail, "until about ")
+	if at, err := time.Parse(time.RFC3339, strings.TrimRight(strings.Fields(after + " ")[0], ";,.")); err != nil || at.Sub(until).Abs() > time.Minute {
+		t.Errorf("detail %q: want node 2's end of quarantine, /readyz's %v", p.Detail, until)
 	}
 }

@@ -44,7 +44,7 @@ func TestEveryDeclaredHeadStatus(t *testing.T) {
 		{g, "/locks/other", reader, 403}, {g, "/locks/app:2", reader, 404},
 		{g, "/locks?prefix=app:", reader, 200}, {g, "/locks?limit=0", reader, 400}, {g, "/locks", "", 401},
 		{g, "/locks", writer, 403},
-		{g, "/healthz", "", 200}, {g, "/readyz", "", 200}, {g, "/metrics", "", 200}, {g, "/openapi.yaml", "", 200},
+		{g, "/healthz", "", 200}, {g, "/livez", "", 200}, {g, "/readyz", "", 200}, {g, "/metrics", "", 200}, {g, "/openapi.yaml", "", 200},
 		{limited, "/locks/x", "", 404}, {limited, "/locks/x", "", 429}, {limited, "/locks", "", 429},
 		{down, "/locks/x", "", 503}, {down, "/locks", "", 503}, {down, "/readyz", "", 503},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func (s *server) inspect(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	encodeJSON(w, &api.LockInfo{
 		Resource: info.Resource, FencingToken: info.Token, Owner: info.Owner,
-		TTLms: info.TTL.Milliseconds(), ExpiresAt: info.Expires.UTC(),
+		TTLms: info.TTL.Milliseconds(), ExpiresAt: info.Expires.UTC(), GrantedAt: grantedAt(info.Granted),
 	})
 }
 
@@ -137,6 +138,10 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.opt.Drain.Draining() {
+		fail(w, r, lockcore.ErrClosed) // 503 shutting-down, Retry-After
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opt.ReadyTimeout)
 	defer cancel()
 	var err error
@@ -147,14 +152,18 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	var quorum *lockcore.QuorumError
 	if nr, ok := s.locker.(nodeReporter); ok && errors.As(err, &quorum) {
-		noQuorum(w, r, quorum, nodeStates(nr.NodeReports()))
+		answerNoQuorum(w, r, quorum, nodeStates(nr.NodeReports()))
 		return
 	}
 	if err != nil {
 		fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Health{Status: "ready"})
+	ready := api.Health{Status: "ready"}
+	if nr, ok := s.locker.(nodeReporter); ok {
+		ready.Nodes = nodeStates(nr.NodeReports())
+	}
+	writeJSON(w, http.StatusOK, ready)
 }
 
 // lastReadier is implemented by a Locker that answers readiness from its
@@ -165,18 +174,24 @@ type lastReadier interface {
 }
 
 // nodeReporter is implemented by a Locker that reports its nodes' states
-// (lockcore.Redlock): /readyz gives them in its 503.
+// (lockcore.Redlock): /readyz gives them in its 200 and its 503.
 type nodeReporter interface {
 	NodeReports() []lockcore.NodeReport
 }
 
-// nodeStates turns node reports into the not-ready answer's members.
+// nodeStates turns node reports into the nodes member of /readyz's
+// answers. An unreachable node's reason is its Cause, which holds no
+// address (its Reason, the error, may). Before the node guard's first
+// pass (every state empty) it is nil.
 func nodeStates(reports []lockcore.NodeReport) []api.NodeState {
+	if !slices.ContainsFunc(reports, func(rp lockcore.NodeReport) bool { return rp.State != "" }) {
+		return nil
+	}
 	out := make([]api.NodeState, len(reports))
 	for i, rp := range reports {
 		out[i] = api.NodeState{State: string(rp.State), Reason: rp.Reason}
 		if rp.State == lockcore.NodeUnreachable {
-			out[i].Reason = "" // the error names the node's address
+			out[i].Reason = rp.Cause // the error may name the node's address
 		}
 		if !rp.Since.IsZero() {
 			since := rp.Since.UTC()

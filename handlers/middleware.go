@@ -39,6 +39,9 @@ type reqState struct {
 	idHeader [1]string
 	// in is the contract middleware's openapi3filter input.
 	in openapi3filter.RequestValidationInput
+	// nodes reports the lock nodes' states for a no-quorum answer's
+	// detail; nil when the Locker does not report them.
+	nodes nodeReporter
 }
 
 type ctxKey int
@@ -79,11 +82,11 @@ var hdrRequestID = http.CanonicalHeaderKey("Request-Id")
 // method, path, status, latency, size, resource and outcome. It never logs
 // headers or bodies, so lease ids never reach the log. The line is written
 // even when a panic goes through (http.ErrAbortHandler).
-func accessLog(log zerolog.Logger) func(http.Handler) http.Handler {
+func accessLog(log zerolog.Logger, nodes nodeReporter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			st := &reqState{log: &log, id: xid.New().String()}
+			st := &reqState{log: &log, id: xid.New().String(), nodes: nodes}
 			st.w.ResponseWriter = w
 			st.idHeader[0] = st.id
 			w.Header()[hdrRequestID] = st.idHeader[:]

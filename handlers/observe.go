@@ -10,14 +10,19 @@ import (
 // path alone, so that requests refused before routing (a 400 from the
 // contract, a 401 from authentication) are counted under their operation:
 // "acquire", "extend", "release" and "inspect" for PUT, PATCH, DELETE and GET
-// on /locks/{resource}; "list" for GET /locks; "healthz", "readyz",
+// on /locks/{resource}; "list" for GET /locks; "healthz", "livez", "readyz",
 // "openapi" and "metrics" for those GETs; "ui" for GETs of the page (/ui
 // and /ui/...); "permit_acquire", "permit_extend", "permit_release" and
-// "semaphore_inspect" for a semaphore's routes; "other" for anything else. The result never contains the
+// "semaphore_inspect" for a semaphore's routes;
+// "rw_acquire", "rw_extend", "rw_release" and "rw_inspect" for a
+// readers-writer lock's; "other" for anything else. The result never contains the
 // resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {
 		return semaphoreOperation(method, rest)
+	}
+	if rest, ok := strings.CutPrefix(path, rwPrefix); ok {
+		return rwOperation(method, rest)
 	}
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {
@@ -41,6 +46,8 @@ func Operation(method, path string) string {
 	switch path {
 	case "/healthz":
 		return "healthz"
+	case "/livez":
+		return "livez"
 	case "/readyz":
 		return "readyz"
 	case "/openapi.yaml":

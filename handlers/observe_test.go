@@ -26,6 +26,7 @@ func TestOperation(t *testing.T) {
 		{PUT, "/locks", "other"},
 		{GET, "/locks/a/b", "other"},
 		{GET, "/healthz", "healthz"},
+		{GET, "/livez", "livez"},
 		{GET, "/readyz", "readyz"},
 		{GET, "/openapi.yaml", "openapi"},
 		{GET, "/metrics", "metrics"},
@@ -90,6 +91,7 @@ func TestOnRequestReportsOperationAndOutcome(t *testing.T) {
 		{"a release of nothing", DELETE, "/locks/obs", "", []string{api.HeaderLeaseID, leaseA}, observed{"release", "not_held", 404}},
 		{"a listing", GET, "/locks", "", nil, observed{"list", "listed", 200}},
 		{"liveness", GET, "/healthz", "", nil, observed{"healthz", "", 200}},
+		{"liveness by its Kubernetes name", GET, "/livez", "", nil, observed{"livez", "", 200}},
 		{"readiness", GET, "/readyz", "", nil, observed{"readyz", "", 200}},
 		{"an unknown route", GET, "/nope", "", nil, observed{"other", "not_found", 404}},
 	}

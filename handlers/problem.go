@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +69,7 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 		setOutcome(r, "client_gone")
 		w.WriteHeader(statusClientClosedRequest)
 	case errors.As(err, &quorum):
-		noQuorum(w, r, quorum, nil)
+		noQuorum(w, r, quorum)
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
 		tooManyWaiters(w, r, limitReplica, "this replica has its maximum number of waiters, all callers "+
 			"together (-max-waiters); try again")
@@ -80,10 +82,9 @@ func fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// noQuorum answers 503 for a *lockcore.QuorumError, with Retry-After (and
-// retry_after_ms) from when the gateway expects a quorum back (at least a
-// second), and nodes if given (see api.Problem.Nodes).
-func noQuorum(w http.ResponseWriter, r *http.Request, quorum *lockcore.QuorumError, nodes []api.NodeState) {
+// noQuorum logs a *lockcore.QuorumError for the operator and answers it
+// (see answerNoQuorum).
+func noQuorum(w http.ResponseWriter, r *http.Request, quorum *lockcore.QuorumError) {
 	// The per-node causes name the nodes: they go to the log for the
 	// operator, not to the client (nor to /readyz, which anyone may ask).
 	causes := make([]string, len(quorum.Causes))
@@ -92,12 +93,72 @@ func noQuorum(w http.ResponseWriter, r *http.Request, quorum *lockcore.QuorumErr
 	}
 	logEvent(r, zerolog.WarnLevel).Str("op", quorum.Op).Int("answered", quorum.Answered).
 		Int("needed", quorum.Needed).Strs("causes", causes).Msg("no quorum of lock nodes")
+	answerNoQuorum(w, r, quorum, nil)
+}
+
+// answerNoQuorum answers 503 for a *lockcore.QuorumError, with Retry-After
+// (and retry_after_ms) from when the gateway expects a quorum back (at
+// least a second), and nodes if given (see api.Problem.Nodes). It logs
+// nothing: /readyz, probed every few seconds, answers with it, and the
+// node states it reports are logged once each, when they change.
+func answerNoQuorum(w http.ResponseWriter, r *http.Request, quorum *lockcore.QuorumError, nodes []api.NodeState) {
 	ms := max(quorum.RetryAfter.Milliseconds(), 1000)
 	w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt((ms+999)/1000, 10))
-	p := newProblem(r, http.StatusServiceUnavailable, apiNoQuorum,
-		strconv.Itoa(quorum.Answered)+" of the "+lockNodes(quorum.Needed)+" needed answered; try again")
+	var reports []lockcore.NodeReport
+	if st := stateOf(r); st != nil && st.nodes != nil {
+		reports = st.nodes.NodeReports()
+	}
+	p := newProblem(r, http.StatusServiceUnavailable, apiNoQuorum, noQuorumDetail(quorum, reports, time.Duration(ms)*time.Millisecond))
 	p.RetryAfterMs, p.Nodes = &ms, nodes
 	writeProblem(w, r, p, apiNoQuorum)
+}
+
+// noQuorumDetail is a no-quorum answer's detail: how many nodes answered
+// and, from reports (the node guard's last findings, in the order of the
+// nodes), which nodes are out of service, why and until when. A node out of
+// service (found restarted or without its data, quarantined, being
+// recovered, not yet initialized) is not a passing failure: the detail
+// then says when a quorum is expected back (retry, the Retry-After header)
+// and that retrying sooner fails the same way. Nodes are named by their
+// place in the gateway's list, never by address; reasons are those /readyz
+// gives. Otherwise (nodes slow or unreachable) the failure is transient:
+// "try again".
+func noQuorumDetail(quorum *lockcore.QuorumError, reports []lockcore.NodeReport, retry time.Duration) string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(quorum.Answered) + " of the " + lockNodes(quorum.Needed) + " needed answered")
+	out := 0
+	for i, rp := range reports {
+		var what string
+		switch rp.State {
+		case lockcore.NodeLost:
+			what = "found restarted or without data it had acknowledged, being recovered"
+		case lockcore.NodeQuarantined:
+			what = "quarantined after a restart or a loss of data"
+		case lockcore.NodeUninitialized:
+			what = "not initialized yet"
+		default:
+			continue
+		}
+		if out == 0 {
+			b.WriteString(". Out of service: ")
+		} else {
+			b.WriteString("; ")
+		}
+		out++
+		fmt.Fprintf(&b, "node %d of %d, %s", i+1, len(reports), what)
+		if rp.Reason != "" {
+			b.WriteString(" (" + rp.Reason + ")")
+		}
+		if !rp.Until.IsZero() {
+			b.WriteString(", until about " + rp.Until.UTC().Format(time.RFC3339))
+		}
+	}
+	if out == 0 {
+		b.WriteString("; try again")
+		return b.String()
+	}
+	fmt.Fprintf(&b, ". A quorum is expected back in %v (Retry-After); retrying sooner fails the same way", retry.Round(time.Second))
+	return b.String()
 }
 
 // conflict answers 409 with the holder's remaining TTL in retry_after_ms and

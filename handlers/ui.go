@@ -26,8 +26,8 @@ var uiTypes = map[string]string{
 // and redirects /ui to /ui/ so that the page's relative links resolve.
 // A name that is not a file of files, or a directory, gets the 404
 // problem. The files are static: they hold no lock state and no secret, so
-// they need no token; what the page shows it fetches from /locks and
-// /metrics, which are guarded as always.
+// they need no token; what the page shows it fetches from /locks,
+// /semaphores/{name}, /metrics and /readyz, which are guarded as always.
 //
 // The answer is always the whole file with 200: no Range (206, 416) and no
 // conditional requests (304), which the contract would have to list for a

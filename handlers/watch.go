@@ -144,9 +144,10 @@ func (s *server) streamPrefix(w http.ResponseWriter, r *http.Request) {
 }
 
 // streamEvents writes events as Server-Sent Events until the client
-// leaves, the stream is idle for Options.StreamIdle, or the client reads
-// too slowly (events ends: its buffer filled, or a write takes longer than
-// streamWriteTimeout).
+// leaves, the stream is idle for Options.StreamIdle, the client reads too
+// slowly (events ends: its buffer filled, or a write takes longer than
+// streamWriteTimeout), or the gateway shuts down (Drain.EndStreams: a
+// last shutdown event).
 func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, events <-chan watch.Event) {
 	rc := http.NewResponseController(w)
 	setOutcome(r, "watched")
@@ -173,7 +174,15 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, events <-c
 			if !writeFlush(w, rc, ": heartbeat\n\n") {
 				return
 			}
+		case <-s.opt.Drain.ended():
+			writeShutdown(w, r, rc)
+			return
 		case ev, ok := <-events:
+			if !ok && s.opt.Drain.streamsEnded() {
+				// The hub closed its subscriptions after EndStreams.
+				writeShutdown(w, r, rc)
+				return
+			}
 			if !ok || !writeFlush(w, rc, sseEvent(ev)) {
 				setOutcome(r, "dropped")
 				return

@@ -32,14 +32,14 @@ func init() {
 // given, so that tests can see its watchers.
 func watchGateway(t *testing.T, opts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
 	t.Helper()
-	return hubGateway(t, memNodes(3, nil), opts, hopts)
+	return hubGateway(t, memNodes(3, nil), nil, opts, hopts)
 }
 
-// hubGateway is a gateway over nodes with a watch hub of its own (wopts),
-// and handler options hopts; closed when t ends.
-func hubGateway(t *testing.T, nodes []lockcore.Node, wopts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
+// hubGateway is a gateway over nodes with Redlock options core, a watch
+// hub of its own (wopts), and handler options hopts; closed when t ends.
+func hubGateway(t *testing.T, nodes []lockcore.Node, core *lockcore.Options, wopts *watch.Options, hopts *handlers.Options) (*gateway, *watch.Hub) {
 	t.Helper()
-	rl, err := lockcore.New(nodes, nil)
+	rl, err := lockcore.New(nodes, core)
 	if err != nil {
 		t.Fatal(err)
 	}

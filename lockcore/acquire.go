@@ -104,28 +104,38 @@ func (r *Redlock) decidedEarly(at attempt, v view) bool {
 
 // lateAcquire acts on a node's answer to the acquisition round at that
 // came after the round was decided (see round.Rest); token is the token
-// the round answered, 0 when it failed. For a lease id the client chose,
-// it only raises counters (see the code for why); for a minted one:
+// the round answered, 0 when it failed.
 //   - the round granted the lease: a node that granted it with a higher token
-//     than the one answered releases that copy (the token was never
-//     answered, and every copy of a lease must carry the token its holder
-//     was given); a node left with a lower counter or token is raised to
-//     the token answered, as catchUp raises the nodes heard; a node that
-//     did not answer is raised too, unless it is quarantined;
+//     than the one answered releases that copy, if it still carries that
+//     token (the token was never answered, and every copy of a lease must
+//     carry the token its holder was given: Inspect, and so every observer,
+//     reports the highest token a lease's copies carry); a node left with
+//     a lower counter or token is raised to the token answered, as catchUp
+//     raises the nodes heard; a node that did not answer is raised too,
+//     unless it is quarantined;
 //   - the round failed after all (fencing failed, or the validity ran out):
-//     the late grant is undone as undoAcquire undoes those heard;
-//   - the lease was released through this Redlock meanwhile (ll, see
+//     the late grant of a minted lease id is undone as undoAcquire undoes
+//     those heard;
+//   - a minted lease was released through this Redlock meanwhile (ll, see
 //     lateLease): the release may have reached this node before the grant,
 //     so the grant is released.
+//
+// A lease id the client chose may be in use by another request at the same
+// time (a retry through another gateway replica): a copy found late may be
+// that request's. When this round granted the lease, releasing a higher
+// copy leaves the quorum this round was granted by, which is the same
+// lease's, so the retry's lease holds on (its own fencing raised those
+// copies to its token); when this round failed, the copy is left alone, as
+// undoAcquire leaves alone a node that did not answer (a copy this request
+// made there expires with its TTL), and only counters catch up.
 func (r *Redlock) lateAcquire(at attempt, token int64, ll *lateLease, res nodeResult) {
 	grant := grantedLate(at, res)
 	if !at.minted {
-		// A lease id the client chose may be in use by another request at
-		// the same time (a retry through another gateway replica): a copy
-		// found late may be that request's, so it is left alone, as
-		// undoAcquire leaves alone a node that did not answer (a copy this
-		// request made there expires with its TTL). Only counters catch up.
-		if token != 0 {
+		switch {
+		case token == 0:
+		case grant && res.reply.Token > token:
+			r.releaseHigher(at, res)
+		default:
 			r.catchUpLate(at.Resource, at.LeaseID, token, res)
 		}
 		return
@@ -147,12 +157,18 @@ func (r *Redlock) lateAcquire(at attempt, token int64, ll *lateLease, res nodeRe
 			return n.Release(ctx, at.Resource, at.LeaseID, 0)
 		})
 	case grant && res.reply.Token > token:
-		r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
-			return n.Release(ctx, at.Resource, at.LeaseID, res.reply.Token)
-		})
+		r.releaseHigher(at, res)
 	default:
 		r.catchUpLate(at.Resource, at.LeaseID, token, res)
 	}
+}
+
+// releaseHigher releases the copy node res.i granted late with a token above
+// the one answered, only while it still carries that token (If-Match).
+func (r *Redlock) releaseHigher(at attempt, res nodeResult) {
+	r.nodeCall(res.i, func(ctx context.Context, n Node) (NodeReply, error) {
+		return n.Release(ctx, at.Resource, at.LeaseID, res.reply.Token)
+	})
 }
 
 // tokenOf returns lease's token, or 0 for none (no lease has token 0).
@@ -209,6 +225,19 @@ func (r *Redlock) settle(ctx context.Context, at attempt, start time.Time, resul
 	fail := func(err error) (*Lease, error) {
 		r.quorumFailed(err)
 		r.undoAcquire(at, results, reentered)
+		if (at.minted || at.fresh) && t.maxToken > 0 {
+			// The nodes that granted spent a token each; the others did
+			// not. Left so, their counters drift apart with every split
+			// round (waiters of two replicas racing for a freed lock), and
+			// a later grant's token, the highest of its quorum, then
+			// differs from what the other copies carry until they are
+			// fenced: an observer reading in between sees a token the
+			// holder is never given. Raising the others now (never
+			// lowering: always safe for fencing) keeps them level. Only
+			// the nodes that answered are raised: a failure that found
+			// nodes down must not send them more work.
+			r.level(req.Resource, req.LeaseID, t.maxToken, results)
+		}
 		if ctx.Err() != nil {
 			return nil, errors.Join(ctx.Err(), err)
 		}

@@ -14,7 +14,9 @@
 // # Redlock
 //
 // Acquire sends an acquisition to every node in parallel, each call bounded
-// by Options.NodeTimeout (far below any TTL). It succeeds when a
+// by the node timeout: Options.NodeTimeout (far below any TTL) while the
+// nodes answer quickly, following them up to MaxNodeTimeout when a quorum
+// of them answers slower (rule 8 of internal/quorum). It succeeds when a
 // majority granted the lock and the validity left is positive:
 //
 //	validity = TTL − time spent acquiring − drift,  drift = TTL×DriftFactor + 2 ms
@@ -33,7 +35,7 @@
 // so a slow or hung minority does not slow them. A node that missed the
 // grace of two calls in a row gets none until it answers a call in time
 // again (rule 6 of internal/quorum), so a node that stays slow costs the graces
-// of the calls under way until then, not one per call. Failures wait for every node (up to NodeTimeout), since
+// of the calls under way until then, not one per call. Failures wait for every node (up to the node timeout), since
 // the kind of failure depends on every answer; so does an extend or
 // release that a node refused for another token (If-Match), and an
 // acquisition in which a node says the lease re-entered, unless the lease
@@ -42,18 +44,26 @@
 // on when they come:
 //   - an acquisition's or hand-off's late grant with a lower token, or a
 //     node that did not answer, is raised to the token given (as in step
-//     3); for a lease id the gateway minted, a late grant with a higher
-//     token gives its copy back, since that token was never given to anyone
-//     and every copy of a lease must carry the token its holder was given,
-//     and a late grant to an attempt that failed after all, or to a lease
-//     released meanwhile, is released. A lease id the client chose may be
-//     in use by a retry through another replica at the same time, so such a
-//     copy is left to expire with its TTL, as a node that did not answer is.
-//     Its token may be above the one the client was given: an Extend with
-//     If-Match that a quorum did under the client's token answers that
-//     token (the copy is extended without the check, see checked), so the
-//     holder's next If-Match still matches. Without If-Match an Extend
-//     answers, and fences, the highest token its quorum holds;
+//     3); a late grant with a higher token gives its copy back (if it still
+//     carries that token), since that token was never given to anyone and
+//     every copy of a lease must carry the token its holder was given.
+//     Until it is given back, Inspect, and so every watcher and election
+//     observer, reports the token a quorum of the lease's copies carry,
+//     which is the holder's, not the late copy's
+//     (TestCallsAreAnsweredAtTheFirstQuorum,
+//     TestInspectReportsTheTokenAQuorumCarries).
+//     A lease id the client chose may be in use by a retry through another
+//     replica at the same time; the quorum that granted this round holds
+//     the same lease, so it holds on. A late grant to an attempt that
+//     failed after all, or to a lease released meanwhile, is released for a
+//     lease id the gateway minted; for one the client chose it is left to
+//     expire with its TTL, as a node that did not answer is, since it may
+//     be the retry's. Such a copy's token may be above the one the client
+//     was given: an Extend with If-Match that a quorum did under the
+//     client's token answers that token (the copy is extended without the
+//     check, see checked), so the holder's next If-Match still matches.
+//     Without If-Match an Extend answers, and fences, the highest token its
+//     quorum holds;
 //   - an extend's late node is raised to the token answered, as above;
 //   - a release's late node is announced to the waiting room, as the nodes
 //     heard are; one that never answers keeps its copy until its TTL runs
@@ -105,6 +115,21 @@
 // maximum one majority returns can be below what another majority handed out
 // before. Step 3 is what closes that gap.
 //
+// Drift is also why an observer could read a token no holder is given: a
+// grant whose quorum returned different tokens carries the lower ones on
+// some copies until step 3 raises them. Inspect reports a token only once
+// a quorum of the lease's copies carry it, reading again (a few times,
+// milliseconds apart) while they agree on none, and then the quorum-th
+// highest. Counters
+// drift with every split round (waiters of two replicas racing for a freed
+// lock: the nodes that granted the losing attempt spent a token each, and
+// its undo gives the copy back, not the token), so a failed attempt that
+// some nodes granted raises the other nodes that answered to the highest
+// token it spent, in the background (TestASplitRoundLeavesTheCountersLevel).
+// Raising a counter never weakens step 4. The window is left where a node
+// was down or slow when tokens were spent: the token a holder is answered
+// is the one that fences; Inspect's is what the copies carry.
+//
 // # Nodes that lose their data
 //
 // Step 4 needs the shared node to still have its counter. A node that
@@ -135,7 +160,18 @@
 //     missing changes nothing and fails with ErrQuarantined, and a
 //     gateway's connection that finds a process (or replication history)
 //     other than the one its last check found makes it stop using the
-//     node until its next check. A node whose maxmemory-policy may evict
+//     node until its next check. Connections a gateway did not make can
+//     carry its calls too (a proxy that keeps its clients' connections and
+//     dials a new server behind them): so a gateway's lock scripts exist
+//     only in the processes its checks judged in service (Redis keeps its
+//     script cache in the process alone), and a process that lacks them
+//     runs none and stops the node until a check
+//     (TestAProcessBehindAConnectionKeepingProxyServesNoLock). The data
+//     can also change under the same process; a node whose settings allow
+//     that does not serve: one that may evict keys, one that allows DEBUG
+//     RELOAD (TestANodeThatAllowsDebugReloadDoesNotServe), one that frees
+//     its replication backlog, after which a failback no longer shows in
+//     the replication id (TestANodeThatFreesItsBacklogDoesNotServe). A node whose maxmemory-policy may evict
 //     keys does not serve, and loses its record, so it recovers before it
 //     serves again. A node whose record is whole but one of whose slot
 //     counters is gone (deleted by hand) refuses that slot's locks; the
@@ -168,12 +204,80 @@
 //     Since quorum ≥ n − quorum + 1, a node can wait out a quarantine only
 //     while fewer than a quorum of the other nodes are in service: only
 //     when the cluster could not serve anyway.
+//     A recovery reads and adopts page by page (see recoverFrom): each
+//     source is walked in scan steps, a page is adopted as it comes, every
+//     step has its own timeout (a failed page is read again once from its
+//     cursor), and a source counts only when its walk, then its counters,
+//     were read to the end. So a recovery lasts as long as the locks held
+//     take, with no bound for the whole. A copy of a lock is left out when
+//     one adopted before has its lease, a token no smaller and an expiry
+//     no earlier (adopting it would change nothing); each lock is adopted
+//     with a second more than its remaining TTL, so that the same lock on
+//     another source is adopted once. Memory: a few pages, and about 110
+//     MB per million locks adopted (TestARecoveryReadsEverySourceToTheEnd,
+//     TestARecoveryAdoptsACopyOnceOnlyWhenAnotherCoversIt; redisnode's
+//     TestARecoveryTakesInEveryHeldLock).
 //
 // Safety therefore comes from the other nodes, not from each node's disk: a
 // node that lost the tail of its writes (appendfsync everysec, or no AOF
 // at all) recovers as an empty one does. What a node's persistence still
-// buys is availability: a majority that restarts at once has nobody to
-// recover from and waits out the quarantine.
+// buys is availability, in rule 8:
+//
+//  8. A restart of a majority. When a majority restarts at once (a host
+//     reboot, a compose restart, scripts/dev-stack down and up), no node
+//     is in service to recover from, and rule 7 alone would wait out the
+//     quarantine. But a node that acknowledges no write before it is on
+//     disk (Redis: appendonly with appendfsync always) lost nothing in a
+//     restart; what a restart cannot be told apart from by the node alone
+//     is a restore of an older copy. So each node's record carries (a
+//     Rejoiner's NodeHealth): an ID for its data, drawn at every serve; a
+//     ServedAt mark, its own clock's milliseconds, that every guard pass
+//     that finds it in service raises; Durable, true while every check
+//     that found it in service since it was last served found it on
+//     appendfsync always, and kept by a quarantine only when the
+//     quarantine was begun because another server process took the data
+//     over; and Witnessed, the highest ServedAt the guard saw each other
+//     node with, written onto every node in service after each pass
+//     (Rejoiner.Witness). Call a node whole when it is in service, or
+//     quarantined and Durable with an ID no other node's data also has,
+//     and no other node witnessed it served later than its own ServedAt
+//     says (whole, witnessed). When every node answers its check and the
+//     whole nodes W make a quorum, a quarantined node of W recovers as in
+//     rule 7, with the others of W as its sources, read even while they
+//     are quarantined (Rejoiner.Lent, each read bound to the source's
+//     quarantine epoch and server process, as rule 7b binds the target):
+//     it takes in every lock they hold and raises its counters to their
+//     highest. Why enough: W is a quorum, so it meets the quorum that
+//     holds any live lock and the quorum that fenced any token, and a node
+//     of W holds them unless its data is older than what it acknowledged.
+//     Rules 7a–7e hold as for any recovery. A node restored from an older
+//     copy is caught by any node that kept its data and saw it served
+//     since the copy (its witness is newer), and leaves W: with a
+//     minority restored, the rest of W is still a quorum and holds every
+//     lock, the restored node taking them in; with a majority restored
+//     from copies of one moment and the rest not whole, no W makes a
+//     quorum and the quarantine runs as before. Every node must answer so
+//     that every witness is heard: a node restored while the nodes that
+//     could contradict it are down is not trusted until they answer.
+//     What is not caught: copies restored on a quorum of nodes, taken
+//     after the last pass whose witnesses reached the others (within two
+//     check intervals, CheckInterval, of the copy), or every node restored
+//     from copies of one moment: that is a new cluster's data, as etcd's
+//     snapshot restore makes a new cluster, and must be started as one
+//     (its nodes emptied). Nodes on appendfsync everysec may each lose
+//     the tail of their writes in a crash of a majority, which no witness
+//     shows: they are not Durable and wait out the quarantine. Tests:
+//     TestAMajorityRestartOfAlwaysNodes (back in about a second and a
+//     half, the held lock still held; on everysec, still quarantined),
+//     TestRestoresDuringAMajorityRestartAreCaught (two nodes back from
+//     copies of one moment beside a node that is not whole: with the
+//     witnesses hidden a second lease gets a held lock), package chaos's
+//     TestMajorityRestartSchedule and
+//     TestRestoresDuringAMajorityRestartSchedule (two gateways under load,
+//     model-checked), package lockcore's
+//     TestAMajorityRestartOfDurableNodes and
+//     TestARestoreDuringAMajorityRestartIsCaught (the same over in-memory
+//     nodes, the witness check switched off), and TestWhole.
 //
 // Why this is enough: call S(t) the nodes in service whose counter is ≥ t,
 // and U all nodes in service. Fencing (step 3) makes |S(t)| ≥ quorum when t
@@ -227,22 +331,72 @@
 // new. Waiting is safe: a node without counters refuses every lock
 // operation.
 //
-// The guard decides on what a check found, and acts later: another replica
-// may have acted in between, and a gateway may be paused for any time. So
-// every node carries an epoch (NodeHealth.Epoch): a random id that every
-// quarantine and every new mark replace, and that a loss of the node's data
-// takes away. A repair carries the epoch of the check (or the mark) it was
-// decided on, and each of its steps on the node acts only while the node's
-// epoch is that one; a quarantine's marks and its record that they are
-// done act only while the epoch is the quarantine's own. So a repair
-// decided before a quarantine, a new mark or a loss does nothing; a repair
-// and a quarantine of one node by two replicas at once leave it either
-// quarantined with every slot marked or in service with none marked; and
-// a quarantine's mark sent late does not land on a node repaired since.
-// When a
-// node must be repaired but fewer than a quorum of other nodes are in
-// service (one node alone, or a majority that lost data), its counters are
-// also raised to a floor from the wall clock (1000 per millisecond since
+// The guard decides on what a check found, and acts later, after reads
+// of the other nodes that may take seconds: another replica may act in
+// between, the node may lose its data again, and a gateway may be paused
+// for any time. So every node carries an epoch (NodeHealth.Epoch): a
+// random id that every quarantine and every new mark replace, and that a
+// loss of the node's data takes away. A repair carries the epoch of the
+// check (or the mark) it was decided on, and each of its steps on the
+// node acts only while the node's epoch is that one; a quarantine's marks
+// and its record that they are done act only while the epoch is the
+// quarantine's own. So a repair decided before a quarantine, a new mark
+// or a loss does nothing; a repair and a quarantine of one node by two
+// replicas at once leave it either quarantined with every slot marked or
+// in service with none marked; and a quarantine's mark sent late does not
+// land on a node repaired since. Four more rules bind a recovery to the
+// moment it was decided (each names the redisnode test that fails
+// without it):
+//
+//	7a. Serving ends the epoch. The step that puts the node in service
+//	    deletes its epoch, so no repair decided before it can serve the
+//	    node again, whatever copy of the data the node holds by then (a
+//	    copy taken after the serve carries no epoch).
+//	    TestARecoveryDecidedBeforeAServeChangesNothing.
+//	7b. A repair serves only the server process (run id and replication
+//	    history) that its quarantine or mark was made for. A check finds
+//	    a node quarantined only when that process answers, and the step
+//	    that serves reads the process again in the same atomic step as
+//	    its write. So a restart, a restore or a failback between the
+//	    check and the serve voids the repair, whatever copy the new
+//	    process loaded (a copy taken during the quarantine still carries
+//	    its epoch). TestARecoveryDoesNotServeAnotherProcess.
+//	7c. The reads of the other nodes come after that check (check, then
+//	    read, then write). With 7a and 7b the node served nothing between
+//	    the check and its serve: no lock was granted on it in between, so
+//	    a lock live at the serve was either granted before the quarantine
+//	    (and is on quorum − 1 other nodes, which reads after the check
+//	    find while it lives) or granted on a quorum of the other nodes
+//	    without it. A recovery whose node was served and lost again while
+//	    it read is refused by both rules:
+//	    TestARecoveryDecidedBeforeALaterLossDoesNotServe, the attack that
+//	    granted a second holder while the first held, fails only with both
+//	    rules removed.
+//	7d. A quarantine of the same process that is still marking its slots
+//	    goes on with its epoch (one server; a Cluster node marks its slots
+//	    before it records the quarantine): gateways that find the loss at
+//	    once, or one gateway's unfinished quarantine, do not void each
+//	    other's marks with new epochs. Nothing was served since it began
+//	    (serving clears it). TestAQuarantineUnderWayGoesOnWithItsEpoch.
+//	7e. One recovery of a node at a time: a replica first claims the
+//	    node's recovery on the node (RecoveryClaimer, a key that expires
+//	    after 5 s unless its holder renews it while it reads), and a
+//	    replica that finds another's claim leaves the node to it and looks
+//	    again later. This rule is about work, not safety (7a–7d hold
+//	    whoever recovers): a claim that lapses while its holder is paused
+//	    lets another replica recover, and the paused one stops when it
+//	    finds the claim taken, or fails on the epoch. Without it, every
+//	    replica that found the loss walks every source
+//	    (TestOneGatewayRecoversANodeAtATime: 36 scan steps on a source for
+//	    three replicas against 12 for one).
+//
+// A repair that finds the epoch changed (another replica served or
+// quarantined the node first) fails with ErrNodeChanged, and the guard
+// checks the node again at once.
+//
+// When a node must be repaired but fewer than a quorum of other nodes
+// are in service (one node alone, or a majority that lost data), its
+// counters are also raised to a floor from the wall clock (1000 per millisecond since
 // 1970), which keeps tokens growing as long as the clock did not go back
 // and fewer than 1000 grants per millisecond were made on one slot.
 //
@@ -291,6 +445,97 @@
 // and the next acquisition whose reads are answered sees the
 // disagreement. Storage fenced by one counter for all permits cannot be
 // built from these tokens: they grow per permit, not across permits.
+//
+// # Readers-writer locks
+//
+// A readers-writer lock on a name is held by any number of readers
+// (shared holds) or by one writer (an exclusive hold), each hold a lease
+// of its own with a TTL and a fencing token (Redlock.AcquireRW and its
+// siblings). It is its own lock kind: the readers-writer lock x is not the
+// mutex x (each node keeps it apart, lockgate:{x}:rw beside lockgate:{x}:lock
+// on a Redis node, in the same Cluster slot as the slot's counter). Each
+// node keeps, per name, its holds (lease, mode, token, owner, TTL, expiry)
+// and at most one waiting writer's mark (a lease and an expiry), and:
+//
+//	R1. Grants, in one atomic step with the slot's counter. A shared
+//	    acquisition is granted when no exclusive hold is live and no
+//	    other lease's wait mark is live; an exclusive one when no hold at
+//	    all is live. Either grant increments the slot's counter and
+//	    returns it (step 1, for both modes). The lease that holds in the
+//	    mode it asks for re-enters: its TTL reset, its token unchanged.
+//	    A lease that holds in the other mode is refused (R5).
+//	R2. Quorum. An acquisition holds when a quorum of nodes granted it,
+//	    with the mutex's validity (TTL less the time spent and the drift);
+//	    one that fails releases the copies it may have taken (on the nodes
+//	    that granted it or did not answer), unless the lease held the lock
+//	    before (a node re-entered it). Extend needs a quorum within the new
+//	    validity; Release goes to every node. Every call waits for every
+//	    node, up to NodeTimeout (no answer at the first quorum). Why it
+//	    excludes: the conflicts are pairwise (a writer against any other
+//	    holder; readers never conflict), and two quorums of the same N
+//	    nodes share a node, which refuses the later of the two grants
+//	    while the earlier hold lives there. So no writer is granted beside
+//	    a live reader or writer. (The semaphore needs K+1 quorums to share
+//	    a node, which they need not; a readers-writer lock needs two.)
+//	R3. Fencing. The token is the largest the granting nodes returned,
+//	    made to hold on a quorum before it is answered (step 3), whatever
+//	    the mode. By step 4 every grant's token, reader's or writer's, is
+//	    above the token of every grant of the name that completed before
+//	    it started: a writer's token is above every earlier holder's. What
+//	    a reader's token r promises: every writer granted before the
+//	    reader's grant began has a token below r, and every writer granted
+//	    after it ended has one above r. A store that keeps W, the highest
+//	    writer token whose write it applied, serves a read under r as
+//	    current only while r > W: a write under t makes every read-side
+//	    token below t stale (its reader's hold ended before that writer's
+//	    grant). Readers' tokens are distinct and may be recorded by a
+//	    store fenced for writes: the next writer's is above them.
+//	R4. Fairness: a waiting writer blocks new readers. A writer that
+//	    waits and is refused on a node sets the node's wait mark when no
+//	    other lease's mark is live there (its own it renews), living
+//	    RWMarkTTL (1 s) on the node's clock; the writer tries again at
+//	    least every RWMarkTTL/4 while it waits. While a mark lives, the
+//	    node grants no new reader (readers already holding still extend,
+//	    re-enter and release). A mark ends with its writer's grant on that
+//	    node, with its release (a wait that ends without the lock releases
+//	    its lease on every node, mark included), or RWMarkTTL after the
+//	    writer's last try: a writer that goes away blocks readers for at
+//	    most RWMarkTTL. Once more than N − quorum nodes carry the mark, no
+//	    new reader finds a quorum, the readers holding leave within their
+//	    TTLs, and the writer is granted: a stream of readers cannot starve
+//	    it. The rule prefers writers: readers may wait behind a stream of
+//	    writers, and writers among themselves are not ordered (a second
+//	    writer marks once the first's mark is gone).
+//	R5. Upgrades are refused. A lease holding shared that asks for
+//	    exclusive (or the reverse) is refused on every node, changing
+//	    nothing (ErrModeHeld; HTTP 409 mode-held). An atomic upgrade
+//	    deadlocks when two readers upgrade at once (each waits for the
+//	    other to leave) unless one is refused anyway, and a non-atomic one
+//	    is a release and an acquisition; the caller does that, and the
+//	    tokens order the two holds (R3).
+//	R6. Nodes that lose data. A node lists each live hold as a lock of
+//	    its own (Lister), named RWHoldResource(name, exclusive, lease): a
+//	    name outside the resource alphabet, as a permit's, so List never
+//	    shows it and no mutex can take it. Step 7's recovery therefore
+//	    reads every live hold, reader's and writer's, from the other nodes
+//	    and the node's Adopter takes it back in as a hold of its mode, with
+//	    its token and remaining time, before the node serves again; the
+//	    argument of step 7 carries over unchanged (a live hold is on at
+//	    least quorum − 1 other nodes, and any recoverNeed of them include
+//	    one). So a node restarted empty is recovered with the readers of
+//	    every name, and refuses a writer beside them. Wait marks are not
+//	    recovered: they serve fairness, never exclusion. Copies that
+//	    disagree (a reader's and a writer's hold adopted into one name,
+//	    which only the leftovers of failed attempts make) are both kept:
+//	    each blocks the other's mode, and a hold is extended only while no
+//	    hold of a conflicting mode is on the node, so neither is extended
+//	    there until both expire (the mutex's "held for neither").
+//	R7. Nodes. The in-memory node, a single Redis node and a Redis
+//	    Cluster node (one script per operation, rw*.lua, whose two keys,
+//	    the lock's hash and its slot's counter, share a Cluster slot) keep
+//	    readers-writer locks; a node that does not (a test's wrapper, say)
+//	    makes every readers-writer call fail with ErrNotSupported,
+//	    changing nothing.
 //
 // # A node that is a Redis Cluster
 //
@@ -371,9 +616,11 @@
 //     they look like a new cluster and tokens start again, unless this
 //     gateway saw the cluster before.
 //   - The record tells processes apart, not states of one process: a
-//     process that loses data without restarting (DEBUG RELOAD, a partial
-//     RESTORE by hand) keeps its record. A flush removes the record, and
-//     eviction is refused (noeviction is read on every check). A record
+//     process that loses data without restarting by an operator's hand (a
+//     partial RESTORE, DEBUG RELOAD where CONFIG cannot be read to refuse
+//     it) keeps its record. A flush removes the record; eviction, DEBUG
+//     and a backlog that is ever freed are refused where CONFIG GET and
+//     INFO show them. A record
 //     in the format of gateways before it existed (no server process
 //     named) is taken over as it is by the first check (redisnode's
 //     upgrade.lua), so a copy restored from before an upgrade is not
@@ -405,15 +652,18 @@
 //     makes or frees its backlog (its first replica's SYNC, or its
 //     replicas gone for repl-backlog-ttl), with master_replid2 cleared: no
 //     write is lost, and a process found so names no replication id, which
-//     is never taken for a failback. So a failback followed by such a
-//     backlog change before any check is not caught. A record written by
-//     a gateway from before it kept a replication id takes in the one the
-//     first check of this version finds (redisnode's rrepl.lua): a
-//     failback before that check is not caught either. Until the next
+//     is never taken for a failback. A node must not free its backlog
+//     (repl-backlog-ttl 0, checked), and a failed-back process made its
+//     backlog while it was a replica, so its replication id stays named
+//     until a check sees it. A record written by a gateway from before
+//     it kept a replication id takes in the one the first check of this
+//     version finds (redisnode's rrepl.lua): a failback before that check
+//     is not caught. Until the next
 //     check, lock scripts sent over connections opened before a failback
-//     are served, unless a check or a lock script met the process while
-//     it was a replica (refusing writes: READONLY), which stops the node
-//     until a check finds what it is now. Every failback caught is a
+//     are served (the process keeps its script cache), unless a check or
+//     a lock script met the process while it was a replica (refusing
+//     writes: READONLY), which stops the node until a check finds what it
+//     is now. Every failback caught is a
 //     loss, including a manual one (CLUSTER FAILOVER, SENTINEL FAILOVER)
 //     that waited for the replica to catch up and lost nothing: the node
 //     cannot tell them apart, and recovers from the other nodes.

@@ -47,12 +47,11 @@ func (c *cluster) granted(i int) <-chan lockcore.NodeReply {
 	return ch
 }
 
-// keptLateGrant acquires resource with a lease id the client chose while
+// lateHigherGrant acquires resource with a lease id the client chose while
 // node 2, whose counter is 100 ahead, is held at a gate: the quorum answers
-// a token below 100, and node 2 then grants a copy above 100, which
-// lateAcquire leaves alone. It returns the cluster, the request, the lease
-// answered and node 2's grant.
-func keptLateGrant(t *testing.T, resource string) (*cluster, lockcore.AcquireRequest, *lockcore.Lease, lockcore.NodeReply) {
+// a token below 100, and node 2 then grants a copy above 100. It returns
+// the cluster, the request, the lease answered and node 2's grant.
+func lateHigherGrant(t *testing.T, resource string) (*cluster, lockcore.AcquireRequest, *lockcore.Lease, lockcore.NodeReply) {
 	t.Helper()
 	c := newEarlyCluster(t, nil)
 	mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "warm", TTL: earlyTTL})
@@ -175,28 +174,40 @@ func TestCallsAreAnsweredAtTheFirstQuorum(t *testing.T) {
 		}
 	})
 
-	t.Run("a late grant to a lease id the client chose is left alone", func(t *testing.T) {
+	t.Run("a late grant with a higher token to a lease id the client chose gives its copy back", func(t *testing.T) {
 		// The client may be retrying the same lease id through another
-		// replica meanwhile, and a copy found late cannot be told from that
-		// retry's: it is left alone (see Redlock.lateAcquire). Here the
-		// retry comes through this replica, after the late answer was
-		// acted on, and finds the copy: it re-enters there with the token
-		// node 2 granted.
-		c, req, _, rep := keptLateGrant(t, "chosen")
-		retry := mustAcquire(t, c.rl, req) // waits for the late answers to be acted on
-		if h := c.peek(t, "chosen")[2]; !h.Found || h.Lease != req.LeaseID || h.Token != rep.Token || !retry.Reentered {
-			t.Fatalf("node 2 holds %+v, the retry got %+v; want node 2's copy with token %d kept and re-entered", h, retry, rep.Token)
+		// replica meanwhile; the quorum this round was granted by holds
+		// the same lease, so releasing the higher copy leaves the lease
+		// held, and every copy then carries one token: what Inspect (and
+		// every observer of an election) reports is the holder's token.
+		c, req, l, _ := lateHigherGrant(t, "chosen")
+		eventually(t, "node 2's copy is released", func() bool { return !c.peek(t, "chosen")[2].Found })
+		info, err := c.rl.Inspect(context.Background(), "chosen")
+		if err != nil || info.Token != l.Token {
+			t.Fatalf("inspect: %+v, %v; want the token the holder was given, %d", info, err, l.Token)
+		}
+		if retry := mustAcquire(t, c.rl, req); !retry.Reentered {
+			t.Fatalf("the retry got %+v; want a re-entry", retry)
 		}
 	})
 
-	t.Run("a kept late grant with a higher token does not change the token under If-Match", func(t *testing.T) {
-		// As above, node 2 keeps a copy of the client's lease with a token
-		// above the one the client was given. Extends that name the
-		// client's token (the client package renews so) go on answering
-		// that token: one that answered node 2's token would make every
-		// later If-Match fail while the lease holds the lock.
-		c, req, l, _ := keptLateGrant(t, "kept")
+	t.Run("a copy with a higher token does not change the token under If-Match", func(t *testing.T) {
+		// A retry of the client's lease id through another replica can
+		// leave node 2 with a copy of the lease carrying a token above the
+		// one this request answered. Extends that name the client's token
+		// (the client package renews so) go on answering that token: one
+		// that answered node 2's token would make every later If-Match
+		// fail while the lease holds the lock.
+		c := newEarlyCluster(t, nil)
+		req := lockcore.AcquireRequest{Resource: "kept", LeaseID: "kept-by-the-client-0123", TTL: earlyTTL}
+		l := mustAcquire(t, c.rl, req)
 		eventually(t, "node 2 holds its copy", func() bool { return c.peek(t, "kept")[2].Found })
+		if err := c.raw[2].RaiseFence(context.Background(), "kept", req.LeaseID, l.Token+100); err != nil {
+			t.Fatal(err)
+		}
+		if h := c.peek(t, "kept")[2]; h.Token != l.Token+100 {
+			t.Fatalf("node 2 holds %+v; want its copy raised to %d", h, l.Token+100)
+		}
 		for i := range 3 {
 			e, err := c.rl.Extend(context.Background(), lockcore.ExtendRequest{Resource: "kept", LeaseID: req.LeaseID, TTL: earlyTTL, IfToken: l.Token})
 			if err != nil || e.Token != l.Token {
@@ -537,4 +548,49 @@ func newLateScene(t *testing.T, others lateOthers) *lateScene {
 	}
 	none(t, s.w)
 	return s
+}
+
+// TestASplitRoundLeavesTheCountersLevel: an acquisition that a minority
+// granted fails, and the nodes that did not grant are raised to the token
+// the minority spent. Without that, counters drift apart with every split
+// round (waiters of two replicas racing for a freed lock), and the next
+// holder's token, the highest of its quorum, is not what the other copies
+// carry until they are fenced: an observer reading in between reports a
+// token the holder is never given.
+func TestASplitRoundLeavesTheCountersLevel(t *testing.T) {
+	c := newCluster(t, 3, nil, nil)
+	ctx := context.Background()
+	held := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "split", TTL: time.Minute})
+	if _, err := c.raw[0].Release(ctx, "split", held.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // each split round spends a token on node 0 alone
+		if _, err := c.rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "split", TTL: time.Minute}); !errors.Is(err, lockcore.ErrTaken) {
+			t.Fatalf("acquire while nodes 1 and 2 hold the lock: %v; want ErrTaken", err)
+		}
+	}
+	slot := lockcore.FenceSlot("split")
+	counter := func(i int) int64 {
+		cs, err := c.raw[i].Counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[slot]
+	}
+	ahead := counter(0)
+	if ahead <= held.Token {
+		t.Fatalf("node 0's counter %d; want it above the holder's token %d (its grants were undone)", ahead, held.Token)
+	}
+	eventually(t, "nodes 1 and 2 raised to node 0's counter", func() bool { return counter(1) >= ahead && counter(2) >= ahead })
+	mustRelease(t, c.rl, held)
+	next := mustAcquire(t, c.rl, lockcore.AcquireRequest{Resource: "split", TTL: time.Minute})
+	info, err := c.rl.Inspect(ctx, "split")
+	if err != nil || info.Token != next.Token {
+		t.Fatalf("inspect: %+v, %v; want the next holder's token %d", info, err, next.Token)
+	}
+	for i := range 3 {
+		if h := c.peek(t, "split")[i]; h.Token != next.Token {
+			t.Fatalf("node %d's copy carries %d; want every copy at the holder's token %d", i, h.Token, next.Token)
+		}
+	}
 }

@@ -180,3 +180,33 @@ func ExampleNew() {
 	// lockcore: invalid nodes: between 1 and 63 nodes are needed
 	// true
 }
+
+// Readers share a readers-writer lock; a writer is refused beside them,
+// and a reader cannot upgrade. Once the readers leave, the writer's token
+// is above every reader's: a store that keeps the highest writer token it
+// applied sees that the readers' tokens are stale.
+func ExampleRedlock_AcquireRW() {
+	ctx := context.Background()
+	rl := threeNodes()
+	defer rl.Close()
+
+	r1, _ := rl.AcquireRW(ctx, lockcore.RWAcquireRequest{Name: "ledger", TTL: 10 * time.Second})
+	r2, _ := rl.AcquireRW(ctx, lockcore.RWAcquireRequest{Name: "ledger", TTL: 10 * time.Second})
+	fmt.Println("readers, tokens", r1.Token, r2.Token)
+
+	_, err := rl.AcquireRW(ctx, lockcore.RWAcquireRequest{Name: "ledger", Exclusive: true, TTL: 10 * time.Second})
+	fmt.Println("writer beside them:", errors.Is(err, lockcore.ErrTaken))
+	_, err = rl.AcquireRW(ctx, lockcore.RWAcquireRequest{Name: "ledger", Exclusive: true, LeaseID: r1.ID, TTL: 10 * time.Second})
+	fmt.Println("upgrade:", errors.Is(err, lockcore.ErrModeHeld))
+
+	for _, r := range []*lockcore.RWLease{r1, r2} {
+		_ = rl.ReleaseRW(ctx, lockcore.RWReleaseRequest{Name: "ledger", LeaseID: r.ID})
+	}
+	w, _ := rl.AcquireRW(ctx, lockcore.RWAcquireRequest{Name: "ledger", Exclusive: true, TTL: 10 * time.Second})
+	fmt.Println("writer, token", w.Token)
+	// Output:
+	// readers, tokens 1 2
+	// writer beside them: true
+	// upgrade: true
+	// writer, token 3
+}

@@ -97,3 +97,7 @@ func results(replies []NodeReply, errs []error) []nodeResult {
 	}
 	return out
 }
+
+// SetWitnessCheck switches rule 8's witness check on or off (on by
+// default), for the tests that show what it catches.
+func SetWitnessCheck(on bool) { checkWitnesses.Store(on) }

@@ -54,6 +54,19 @@ func (r *Redlock) catchUp(resource, lease string, token int64, results []nodeRes
 	}
 }
 
+// level raises, in the background, the counters of the nodes that answered
+// a round with a token below token (see settle's failure path).
+func (r *Redlock) level(resource, lease string, token int64, results []nodeResult) {
+	if r.unprotected {
+		return
+	}
+	for i, res := range results {
+		if res.err == nil && res.reply.Token < token {
+			r.spawn(func() { r.raiseOn(i, resource, lease, token) })
+		}
+	}
+}
+
 // catchUpLate is catchUp for a node whose answer came after its round was
 // decided with token: a node that answered a lower counter or token, or did
 // not answer (unless it is quarantined), is raised.
@@ -64,9 +77,9 @@ func (r *Redlock) catchUpLate(resource, lease string, token int64, res nodeResul
 }
 
 // nodeCall makes one call to node i in the background path of a round's
-// late answers, bounded by NodeTimeout.
+// late answers, bounded by the node timeout of the moment.
 func (r *Redlock) nodeCall(i int, fn func(ctx context.Context, n Node) (NodeReply, error)) (NodeReply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.NodeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.nodeTimeout())
 	defer cancel()
 	return fn(ctx, r.calls[i])
 }

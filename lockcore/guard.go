@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,12 @@ type GuardNode interface {
 	// that lost its data since has another epoch: Repair then fails with
 	// ErrNodeChanged, and any step it had taken before the change is
 	// undone by what changed it (a quarantine marks every slot again).
+	// Serving ends the epoch (rule 7a): a second Repair with it, whenever
+	// it comes and whatever copy of the data the node then holds, fails
+	// with ErrNodeChanged. It serves only the server process the
+	// quarantine or mark was made for, checked in the step that serves
+	// (rule 7b): a node whose process changed since fails with
+	// ErrNodeChanged too.
 	Repair(ctx context.Context, floor []int64, epoch string) error
 	// String names the node in errors and logs (never a password).
 	String() string
@@ -272,10 +279,12 @@ func (g *guard) pass(ctx context.Context) {
 			continue
 		}
 		rec := g.recoverable(i, res)
-		if d := g.act(ctx, i, decide(c.h, g.r.quarantine(), rec), res); d >= 0 {
+		rejoin := !rec && g.rejoinable(i, res)
+		if d := g.act(ctx, i, decide(c.h, g.r.quarantine(), rec, rejoin), res); d >= 0 {
 			next = pick(next, d)
 		}
 	}
+	g.witness(ctx, res)
 	if next >= 0 {
 		g.wakeIn(next)
 	}
@@ -296,6 +305,9 @@ const (
 	actRepair
 	// actRecover: quarantined, and it can recover from the other nodes.
 	actRecover
+	// actRejoin: quarantined after a restart, and it can recover from the
+	// other whole nodes (rule 8).
+	actRejoin
 	// actWait: quarantined: wait for the quarantine's end.
 	actWait
 	// actAudit: in service; audit its slots if a lock operation found it
@@ -305,8 +317,10 @@ const (
 
 // decide is a pass's rule for one node whose check found h: quarantine
 // is how long a quarantine lasts, recoverable whether the node can recover
-// from the other nodes now (see recoverable).
-func decide(h NodeHealth, quarantine time.Duration, recoverable bool) nodeAction {
+// from the other nodes in service now (see recoverable), rejoinable
+// whether it can recover from the other whole nodes after a restart of a
+// majority (rule 8, see rejoinable).
+func decide(h NodeHealth, quarantine time.Duration, recoverable, rejoinable bool) nodeAction {
 	switch {
 	case bootWaiting(h):
 		return actBootWait
@@ -316,6 +330,8 @@ func decide(h NodeHealth, quarantine time.Duration, recoverable bool) nodeAction
 		return actRepair
 	case h.Quarantined && recoverable:
 		return actRecover
+	case h.Quarantined && rejoinable:
+		return actRejoin
 	case h.Quarantined:
 		return actWait
 	case healthError(h) == nil:
@@ -339,14 +355,16 @@ func (g *guard) act(ctx context.Context, i int, a nodeAction, res []checkResult)
 		return min(g.r.opt.CheckInterval, bootGrace-h.InitializingFor)
 	case actQuarantine:
 		g.do(ctx, i, "quarantine", func(ctx context.Context) error { return g.nodes[i].Quarantine(ctx) })
-		if g.recoverable(i, res) {
+		if g.recoverable(i, res) || (h.Durable && g.rejoins(i)) {
 			return 0 // recover it at the next pass, once its quarantine is marked
 		}
 		return g.r.quarantine()
 	case actRepair:
 		g.do(ctx, i, "repair", func(ctx context.Context) error { return g.repair(ctx, i, res, false) })
 	case actRecover:
-		g.do(ctx, i, "recover", func(ctx context.Context) error { return g.repair(ctx, i, res, true) })
+		return g.recover(ctx, i, res)
+	case actRejoin:
+		return g.claimed(ctx, i, func(ctx context.Context) error { return g.rejoin(ctx, i, res) })
 	case actWait:
 		return g.r.quarantine() - h.QuarantinedFor
 	case actAudit:
@@ -447,7 +465,19 @@ func (g *guard) bootstrap(ctx context.Context, res []checkResult) {
 func (g *guard) do(ctx context.Context, i int, what string, fn func(context.Context) error) {
 	bctx, cancel := context.WithTimeout(ctx, bulkTimeout)
 	defer cancel()
-	if err := fn(bctx); err != nil && ctx.Err() == nil {
-		g.set(i, NodeUnreachable, fmt.Sprintf("%s failed: %v", what, err))
+	g.failed(ctx, i, what, fn(bctx))
+}
+
+// failed reports a failed bulk operation on node i as the node's state,
+// unless ctx ended or err is ErrNodeChanged: another replica acted first
+// (it served or quarantined the node), or the node changed under the
+// operation, and the guard looks at it again at once.
+func (g *guard) failed(ctx context.Context, i int, what string, err error) {
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.Is(err, ErrNodeChanged):
+		g.poke()
+	default:
+		g.set(i, NodeUnreachable, fmt.Sprintf("%s failed: %v", what, err), what+" failed: "+Cause(err))
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/lockcore"
 	"github.com/lockgate/lockgate/lockcore/memnode"
+	"github.com/lockgate/lockgate/lockcore/nodetest"
 )
 
 // brokenLister is a node whose InspectLocks fails.
@@ -88,5 +89,35 @@ func TestInspectManyReportsWhatInspectDoes(t *testing.T) {
 	var inv *lockcore.InvalidError
 	if _, err := rl.InspectMany(ctx, []string{"x", "a b"}); !errors.As(err, &inv) {
 		t.Fatalf("a bad name: %v, want InvalidError", err)
+	}
+}
+
+// TestInspectReportsTheTokenAQuorumCarries: a late grant leaves a copy of
+// the holder's lease with a higher token on one node (until it is given
+// back); Inspect reports the token the holder was answered, which a
+// quorum of the copies carries, not the highest copy's, which an election
+// observer would take for a term no leader was given.
+func TestInspectReportsTheTokenAQuorumCarries(t *testing.T) {
+	ctx := context.Background()
+	mems := []*memnode.Node{memnode.New(nil), memnode.New(nil), memnode.New(nil)}
+	rl, err := lockcore.New([]lockcore.Node{mems[0], mems[1], mems[2]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	l := nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "term", TTL: time.Minute})
+	lockcore.Settle(rl)
+	// Node 2's copy as a late grant leaves it: the same lease, its counter
+	// spent once more.
+	if _, err := mems[2].Release(ctx, "term", l.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	late, err := mems[2].Acquire(ctx, lockcore.NodeAcquire{Resource: "term", Lease: l.ID, TTL: time.Minute})
+	if err != nil || late.Token <= l.Token {
+		t.Fatalf("late copy: %+v, %v; want a token above %d", late, err, l.Token)
+	}
+	info, err := rl.Inspect(ctx, "term")
+	if err != nil || info.Token != l.Token {
+		t.Fatalf("Inspect: %+v, %v; want the holder's token %d (node 2's copy carries %d)", info, err, l.Token, late.Token)
 	}
 }

@@ -169,7 +169,7 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int, cursor str
 // the listing stands after it, and done when page is complete: full (its
 // Next set), or the listing over.
 func (r *Redlock) listStep(ctx context.Context, listers []Lister, limit int, c listCursor, page *ListPage) (listCursor, bool, error) {
-	sctx, cancel := context.WithTimeout(ctx, r.opt.NodeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, r.nodeTimeout())
 	names, next, err := listers[c.Node].ScanLocks(sctx, c.Prefix, c.Scan, listScanCount)
 	cancel()
 	if err != nil {
@@ -350,6 +350,30 @@ func firstUnskipped(nodes []int, skipped uint64) int {
 	return -1
 }
 
+// agreedToken returns the token of a lease's copies held (at least quorum
+// of them): the highest token that quorum copies carry, and true; when no
+// token is on quorum copies, the quorum-th highest, and false. The holder
+// was answered the token its granting quorum carries once step 3 raised
+// it: a copy above it is a late grant that is being given back (a minority
+// of the copies), one below it a copy the raise has not reached; so the
+// token on a quorum is the holder's, and the highest copy, which the
+// lease's holder may never be answered, is not reported. Copies that
+// agree on no token are a grant between its answers and its raise: the
+// caller reads again (Inspect), or reports the quorum-th highest.
+func agreedToken(held []NodeLock, quorum int) (int64, bool) {
+	tokens := make([]int64, len(held))
+	for i, l := range held {
+		tokens[i] = l.Token
+	}
+	slices.Sort(tokens)
+	for i := len(tokens) - 1; i >= quorum-1; i-- {
+		if tokens[i] == tokens[i-quorum+1] {
+			return tokens[i], true
+		}
+	}
+	return tokens[len(tokens)-quorum], false
+}
+
 // lockInfo describes a lock from the copies of the quorum that holds it,
 // read in a round begun at start (Inspect, List). The lock stands while a
 // quorum of nodes still holds it: for as long as the quorum-th longest
@@ -358,8 +382,8 @@ func firstUnskipped(nodes []int, skipped uint64) int {
 func (r *Redlock) lockInfo(resource string, held []NodeLock, start, now time.Time) LockInfo {
 	slices.SortFunc(held, func(a, b NodeLock) int { return cmp.Compare(b.Remaining, a.Remaining) })
 	info := LockInfo{Resource: resource}
+	info.Token, _ = agreedToken(held, r.quorum)
 	for _, l := range held {
-		info.Token = max(info.Token, l.Token)
 		info.TTL = max(info.TTL, l.TTL)
 		if info.Owner == "" {
 			info.Owner = l.Owner
@@ -368,6 +392,7 @@ func (r *Redlock) lockInfo(resource string, held []NodeLock, start, now time.Tim
 	ranOut := info.TTL - held[r.quorum-1].Remaining
 	info.Remaining = max(0, r.validity(start, now, info.TTL)-ranOut)
 	info.Expires = now.Add(info.Remaining)
+	info.Granted = now.Add(-ranOut)
 	return info
 }
 

@@ -129,8 +129,10 @@ type NodeHealth struct {
 	InitializingFor time.Duration
 	// Epoch identifies the node's current quarantine or bootstrap mark: a
 	// random id that every Quarantine and every new mark replace, and that
-	// a loss of the node's data takes away ("" then). Repair takes it, so
-	// that a repair decided on this check does nothing once it changed.
+	// a loss of the node's data or a Repair takes away ("" then; a
+	// Quarantine of a process still marking its slots goes on with its
+	// epoch). Repair takes it, so that a repair decided on this check
+	// does nothing once it changed.
 	Epoch string
 	// Lost is true when the node has lost data it acknowledged: it was
 	// seen initialized and now is not, it went back to an older copy of
@@ -152,6 +154,29 @@ type NodeHealth struct {
 	// was last recovered (a restart, a restore, a failover), or the node's
 	// record gone (flushed, or restarted empty).
 	Reason string
+
+	// What a restart of a majority needs (rule 8 in the package doc; set
+	// only by a Rejoiner):
+	//
+	// ID names the node's data: a random id drawn anew whenever the node
+	// is put in service by a Repair ("" before the first).
+	ID string
+	// ServedAt is the node's own mark of the last check that found it in
+	// service (Rejoiner.Witness), in milliseconds on the node's clock; it
+	// only grows, and goes with the data.
+	ServedAt int64
+	// Witnessed is what this node's data holds of the others: by ID, the
+	// highest ServedAt a gateway saw each of them with while it found
+	// both in service. Nil when none.
+	Witnessed map[string]int64
+	// Durable is true when the node acknowledged no write before it was
+	// on disk (Redis: appendonly with appendfsync always) at every check
+	// that found it in service since it was last put in service, and,
+	// when it is quarantined, its quarantine was begun because another
+	// server process loaded its data (a restart, or a restore): such a
+	// node lost nothing unless its data came from an older copy, which
+	// the other nodes' Witnessed tells.
+	Durable bool
 }
 
 // NodeAcquire is one node's share of an acquisition.

@@ -59,10 +59,10 @@ func (r *Redlock) Behind() []bool {
 	return out
 }
 
-// Waiting returns the number of Acquire calls waiting for a held lock on this
-// Redlock at this moment.
+// Waiting returns the number of Acquire and AcquireRW calls waiting for a
+// held lock on this Redlock at this moment.
 func (r *Redlock) Waiting() int {
-	return r.waits.room.Waiting()
+	return r.waits.room.Waiting() + int(r.rwWaiting.Load())
 }
 
 // observeNodes returns nodes whose calls are reported to o, or nodes itself

@@ -62,10 +62,13 @@ func (r *Redlock) readiness(res []checkResult) error {
 
 // quarantine is how long a node that lost data stays out of service before
 // it is repaired: longer than any lock it held can have lived on (the
-// largest TTL, its drift allowance and a node call).
+// largest TTL, its drift allowance and the longest a node call can take,
+// MaxNodeTimeout: the timeout of the moment may have been raised to it).
 func (r *Redlock) quarantine() time.Duration {
-	return r.opt.MaxTTL + r.drift(r.opt.MaxTTL) + r.opt.NodeTimeout
+	return r.opt.MaxTTL + r.drift(r.opt.MaxTTL) + r.opt.MaxNodeTimeout
 }
 
-// checkTimeout bounds one node's Check.
-func (r *Redlock) checkTimeout() time.Duration { return max(4*r.opt.NodeTimeout, 250*time.Millisecond) }
+// checkTimeout bounds one node's Check: a few node calls' worth of the node
+// timeout of the moment, which a busy machine raises (a check that failed
+// for want of CPU would take nodes out of service).
+func (r *Redlock) checkTimeout() time.Duration { return max(4*r.nodeTimeout(), 250*time.Millisecond) }

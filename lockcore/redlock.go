@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/unprotected"
@@ -16,10 +17,11 @@ import (
 // validity, retry hints, and every wait (its deadline, the retries of a
 // waiting Acquire, its pauses). Elapsed time is measured as
 // Now().Sub(start), which uses Go's monotonic clock for the real clock;
-// tests inject a fake (nodetest.Clock). Node calls are bounded by
-// Options.NodeTimeout in real time whatever the clock, and so is the grace
-// a round gives the nodes still to answer (see quorum.Run): both measure
-// how long the nodes take to answer, which no fake clock governs.
+// tests inject a fake (nodetest.Clock). Node calls are bounded by the
+// node timeout (Options.NodeTimeout to MaxNodeTimeout) in real time
+// whatever the clock, and so is the grace a round gives the nodes still to
+// answer (see quorum.Run): both measure how long the nodes take to answer,
+// which no fake clock governs.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine once d has passed on this
@@ -37,18 +39,38 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool { return time.
 // Options tune a Redlock. A nil *Options or a zero field means the default
 // documented on the field.
 type Options struct {
-	// NodeTimeout bounds each call to one node, from the moment the call
-	// is made: time spent waiting in the node's client (package redisnode
-	// queues calls behind the round trip in flight and pipelines them)
-	// counts. Default 50ms. A call that a quorum has settled does not wait
-	// for the other nodes (see the package doc), so a slow or hung minority
-	// costs nothing; the bound matters when fewer than a quorum answer in
-	// time, and the call then fails with *QuorumError. It must stay far
-	// below MinTTL: a lock's validity is its TTL minus the time spent
-	// acquiring, which can be as long as NodeTimeout when a majority is
-	// slow. On a gateway whose CPU is saturated by other work, calls wait
-	// to be scheduled: raise it there rather than see 503s.
+	// NodeTimeout bounds each call to one node while the nodes answer
+	// quickly, from the moment the call is made: time spent waiting in the
+	// node's client (package redisnode queues calls behind the round trip
+	// in flight and pipelines them) counts. Default 50ms. A call that a
+	// quorum has settled does not wait for the other nodes (see the
+	// package doc), so a slow or hung minority costs nothing; the bound
+	// matters when fewer than a quorum answer in time, and the call then
+	// fails with *QuorumError. When a quorum of nodes answers slower than
+	// this (a gateway whose CPU is saturated by other work, where calls
+	// wait to be scheduled), the bound follows them up to MaxNodeTimeout.
+	// It must be at most half of MinTTL, so that the shortest lock keeps
+	// half its TTL when its acquisition took the whole of NodeTimeout: a
+	// lock's validity is its TTL minus the time spent acquiring (see
+	// MaxNodeTimeout for slower acquisitions).
 	NodeTimeout time.Duration
+	// MaxNodeTimeout is the most a call to one node is ever given: the
+	// node timeout follows the latency the nodes show, three times the
+	// decaying maximum of the answer times of the quorum-th fastest node,
+	// from NodeTimeout up to MaxNodeTimeout (package quorum, rule 8), so
+	// that load that slows every node makes calls slower, not failed. A
+	// slow, hung or failing minority never raises it. Default 10 ×
+	// NodeTimeout (500ms with the default), at most half of MaxTTL; set it
+	// to NodeTimeout to keep the bound fixed. What it guarantees: no node
+	// call lasts longer, so an operation that a majority does not answer
+	// fails within it (rather than NodeTimeout once the majority's failures
+	// have raised the timeout), and a node that lost data stays out of
+	// service for MaxTTL, its drift allowance and MaxNodeTimeout (see
+	// quarantine). Validity stays measured: a lock acquired by slower
+	// calls is valid for less of its TTL, and one whose acquisition took
+	// its whole TTL fails with ErrValidityExhausted, its grants undone. It
+	// must be at least NodeTimeout and at most half of MaxTTL.
+	MaxNodeTimeout time.Duration
 	// DriftFactor is the share of the TTL set aside for clock drift between
 	// nodes; 2 ms are added to it. Default 0.01. A lease's validity is its
 	// TTL less the time its acquisition or extension took less this
@@ -92,6 +114,14 @@ func (o *Options) withDefaults() Options {
 	if v.MaxTTL <= 0 {
 		v.MaxTTL = time.Hour
 	}
+	if v.MaxNodeTimeout <= 0 {
+		// Ten times: the overload that saturates a gateway's CPU shows
+		// answers a few times the quiet bound, and three times that is
+		// what a call is given (quorum's timeoutFactor); more would only
+		// make a call that a majority fails wait longer. Within half of
+		// MaxTTL, so that a default never contradicts the TTL bounds.
+		v.MaxNodeTimeout = max(v.NodeTimeout, min(10*v.NodeTimeout, v.MaxTTL/2))
+	}
 	if v.MaxWait <= 0 {
 		v.MaxWait = 5 * time.Minute
 	}
@@ -129,7 +159,10 @@ type Redlock struct {
 	// only checks, and no lagging counter is raised in the background.
 	unprotected bool
 	lates       lateLeases // acquisitions answered with calls still under way
-	bg          background // late answers being acted on, fencing catch-ups
+	// rwWaiting counts the readers-writer acquisitions waiting now (see
+	// AcquireRW): they count against MaxWaiters and in Waiting.
+	rwWaiting atomic.Int64
+	bg        background // late answers being acted on, fencing catch-ups
 	// retries are the undo retries under way (retryUndo): Close waits for
 	// them too, but Settle does not, since one may last a lock's TTL.
 	retries sync.WaitGroup
@@ -153,6 +186,12 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	if o.NodeTimeout*2 > o.MinTTL {
 		return nil, &InvalidError{Field: "node timeout", Reason: fmt.Sprintf("%v leaves too little validity for the minimum TTL %v; keep it at most half of it", o.NodeTimeout, o.MinTTL)}
 	}
+	if o.MaxNodeTimeout < o.NodeTimeout {
+		return nil, &InvalidError{Field: "max node timeout", Reason: fmt.Sprintf("%v is below the node timeout %v; equal keeps the node timeout fixed", o.MaxNodeTimeout, o.NodeTimeout)}
+	}
+	if o.MaxNodeTimeout*2 > o.MaxTTL {
+		return nil, &InvalidError{Field: "max node timeout", Reason: fmt.Sprintf("%v leaves too little validity for the maximum TTL %v; keep it at most half of it", o.MaxNodeTimeout, o.MaxTTL)}
+	}
 	if o.DriftFactor >= 0.5 {
 		return nil, &InvalidError{Field: "drift factor", Reason: "must be below 0.5"}
 	}
@@ -164,10 +203,10 @@ func New(nodes []Node, opts *Options) (*Redlock, error) {
 	}
 	r.unprotected = unprotected.All(nodes)
 	r.unheard = unheardResults(r.nodes)
+	r.q = quorum.New(r.quorumConfig(0, keptCallers())) // before the guard, which times its checks by it
 	r.waits = newWaitRoom(r)
 	r.calls = observeNodes(r.nodes, o.Observer)
 	r.guard = newGuard(r)
-	r.q = quorum.New(r.quorumConfig(0, keptCallers()))
 	return r, nil
 }
 
@@ -191,7 +230,8 @@ func (r *Redlock) Limits() (minTTL, maxTTL, maxWait time.Duration) {
 // nodes, lets go of the goroutines kept for node calls (up to 256 stay
 // parked between calls until then), and returns once every goroutine the
 // Redlock started in the background has ended: the guard's, those that act
-// on late answers (each ends by its calls' NodeTimeout), and the fencing
+// on late answers (each ends by its calls' node timeout, at most
+// MaxNodeTimeout), and the fencing
 // catch-ups. Later Acquire calls with a wait fail with ErrClosed; other
 // calls still work (their node calls on goroutines that are not kept), but
 // a node that loses data after Close is no longer found. Close may be

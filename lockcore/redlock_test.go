@@ -787,6 +787,19 @@ func TestInspect(t *testing.T) {
 	if _, err := c.rl.Inspect(ctx, "minority"); !errors.Is(err, lockcore.ErrNotHeld) {
 		t.Fatalf("held on one node of five: err = %v, want ErrNotHeld", err)
 	}
+	// Held on one node that answers and two that do not: a quorum may
+	// hold it, so "not held" would be a guess.
+	for _, i := range []int{1, 2} {
+		if _, err := c.raw[i].Acquire(ctx, lockcore.NodeAcquire{Resource: "minority", Lease: leaseB, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.down(true, 1, 2)
+	_, err = c.rl.Inspect(ctx, "minority")
+	c.down(false, 1, 2)
+	if !errors.Is(err, lockcore.ErrNoQuorum) {
+		t.Fatalf("held on one answering node and two silent ones: err = %v, want ErrNoQuorum", err)
+	}
 }
 
 func TestInputValidation(t *testing.T) {
@@ -893,6 +906,8 @@ func TestNewRejectsContradictoryOptions(t *testing.T) {
 		{"minimum TTL above the maximum", node, &lockcore.Options{MinTTL: 2 * time.Hour}, "ttl bounds"},
 		{"node timeout over half the minimum TTL", node, &lockcore.Options{NodeTimeout: 51 * time.Millisecond, MinTTL: 100 * time.Millisecond}, "node timeout"},
 		{"drift factor of one half", node, &lockcore.Options{DriftFactor: 0.5}, "drift factor"},
+		{"maximum node timeout below the node timeout", node, &lockcore.Options{MaxNodeTimeout: 40 * time.Millisecond}, "max node timeout"},
+		{"maximum node timeout over half the maximum TTL", node, &lockcore.Options{MaxNodeTimeout: 600 * time.Millisecond, MaxTTL: time.Second}, "max node timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -909,6 +924,14 @@ func TestNewRejectsContradictoryOptions(t *testing.T) {
 	}
 	if minTTL, maxTTL, maxWait := rl.Limits(); minTTL != 100*time.Millisecond || maxTTL != time.Hour || maxWait != 5*time.Minute {
 		t.Fatalf("default limits = %v %v %v", minTTL, maxTTL, maxWait)
+	}
+	if got := rl.NodeTimeout(); got != 50*time.Millisecond {
+		t.Fatalf("node timeout of a new Redlock %v, want the default 50ms", got)
+	}
+	// The default maximum node timeout (ten times the node timeout) stays
+	// within half of a short maximum TTL rather than contradict it.
+	if _, err := lockcore.New(node, &lockcore.Options{MaxTTL: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("a maximum TTL of 200ms with the default node timeouts: %v", err)
 	}
 }
 

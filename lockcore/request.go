@@ -71,12 +71,21 @@ type ReleaseRequest struct {
 
 // LockInfo describes who holds a lock, without the lease id.
 type LockInfo struct {
-	Resource  string
-	Token     int64
-	Owner     string
-	TTL       time.Duration
+	Resource string
+	Token    int64
+	Owner    string
+	TTL      time.Duration
+	// Remaining is the lock's validity left: its TTL less the time it has
+	// run and less the clock-drift allowance, so Expires is early by that
+	// allowance, never late.
 	Remaining time.Duration
 	Expires   time.Time
+	// Granted is when the lock was granted or last extended, on the
+	// gateway's clock: now less the time its TTL has run on the nodes (the
+	// quorum-th node to expire it). No drift allowance enters it, so the
+	// time it has been held, now - Granted, is not overstated by one, as
+	// TTL - Remaining is.
+	Granted time.Time
 }
 
 // nameBytes and leaseBytes mark the bytes a resource name and a lease id

@@ -28,7 +28,7 @@ type nodeFunc func(ctx context.Context, i int, n Node) (NodeReply, error)
 // answerAtQuorum switches early answers on: acquisitions, hand-offs,
 // extends, releases, fencing write-backs and reads are answered at the
 // first quorum (see quorum.Run and Redlock.checked). Off, every round hears
-// every node (up to NodeTimeout) and no answer comes late: the way to
+// every node (up to the node timeout) and no answer comes late: the way to
 // tell whether a finding of the fault suite (package chaos) comes from
 // early answers.
 const answerAtQuorum = true
@@ -44,8 +44,21 @@ const maxCallers = 256
 // quorumConfig is the configuration of r's quorum calls.
 func (r *Redlock) quorumConfig(graceMin time.Duration, kept int) quorum.Config {
 	return quorum.Config{Nodes: len(r.nodes), Quorum: r.quorum, Timeout: r.opt.NodeTimeout,
-		GraceMin: graceMin, Kept: kept, Spawn: r.spawn}
+		MaxTimeout: r.opt.MaxNodeTimeout, GraceMin: graceMin, Kept: kept, Spawn: r.spawn}
 }
+
+// nodeTimeout is what a node call made now is given: the rounds' timeout,
+// which follows the nodes' latency from NodeTimeout up to MaxNodeTimeout
+// (quorum, rule 8). Single-node calls outside a round (fencing catch-ups,
+// a listing's scans, the guard's checks) use it too: they meet the same
+// nodes on the same busy machine.
+func (r *Redlock) nodeTimeout() time.Duration { return r.q.Timeout() }
+
+// NodeTimeout returns the bound a node call made now is given: between
+// Options.NodeTimeout and MaxNodeTimeout, following the latency the nodes
+// show (see Options.MaxNodeTimeout). It changes no answer; it is for
+// metrics.
+func (r *Redlock) NodeTimeout() time.Duration { return r.nodeTimeout() }
 
 // spawn runs f on a goroutine counted by r.bg.
 func (r *Redlock) spawn(f func()) {
@@ -69,14 +82,19 @@ func (r *Redlock) call(ctx context.Context, fn nodeFunc, decided func(view) bool
 	if !answerAtQuorum {
 		decided = nil
 	}
-	return quorum.Run(ctx, r.q, r.unheard, func(ctx context.Context, i int) nodeResult {
+	ctx, span := startRoundSpan(ctx, len(r.nodes), r.quorum)
+	rd := quorum.Run(ctx, r.q, r.unheard, func(ctx context.Context, i int) nodeResult {
 		n := r.calls[i]
+		ctx, nspan := startNodeSpan(ctx, i)
 		rep, err := fn(ctx, i, n)
+		endNodeSpan(nspan, err)
 		if err != nil {
 			err = r.callError(i, n, err)
 		}
 		return nodeResult{i: i, reply: rep, err: err}
 	}, decided)
+	endRoundSpan(span, rd.View())
+	return rd
 }
 
 // callError is what a round's result holds for node i (n) whose call
@@ -99,7 +117,8 @@ func failAll(nodes []Node, err error) []nodeResult {
 	return results
 }
 
-// fanout calls fn on every node in parallel, each bounded by NodeTimeout,
+// fanout calls fn on every node in parallel, each bounded by the node
+// timeout,
 // and returns the results indexed by node once every node has answered.
 func (r *Redlock) fanout(ctx context.Context, fn nodeFunc) []nodeResult {
 	rd := r.call(ctx, fn, nil)

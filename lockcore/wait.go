@@ -38,6 +38,11 @@ func newWaitRoom(r *Redlock) *waitRoom {
 			watches[i] = w.Watch
 		}
 	}
+	// WatchTimeout is NodeTimeout, not the node timeout of the moment: a
+	// watch that cannot subscribe in time is tried again later (waitroom's
+	// resubscribeAt), and its queue's head tries the lock each time
+	// meanwhile (a deaf queue polls), so a slow node makes a hand-off
+	// slower, never a call fail.
 	return &waitRoom{r: r, room: waitroom.New[acquisition](waitroom.Config[*Lease]{
 		Clock:        r.opt.Clock,
 		Quorum:       r.quorum,
@@ -92,6 +97,7 @@ func (wr *waitRoom) acquire(ctx context.Context, q acquisition) (*Lease, error) 
 	out := wr.room.Wait(ctx, waitroom.Request[acquisition]{
 		Resource: q.Resource, Lease: q.LeaseID, Wait: q.Wait, Try: try, Refresh: refresh, Data: q,
 	})
+	recordWait(ctx, out.Queued, out.End)
 	switch out.End {
 	case waitroom.Tried:
 		return lease, err

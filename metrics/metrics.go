@@ -87,7 +87,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockgate_requests_total",
-			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, readyz, openapi, metrics, ui, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
+			Help: "HTTP requests by operation (acquire, extend, release, inspect, healthz, livez, readyz, openapi, metrics, ui, other) and outcome (acquired, reentered, taken, timed_out, no_quorum, bad_request, unauthorized, forbidden, ...).",
 		}, []string{"op", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lockgate_request_duration_seconds",
@@ -123,7 +123,7 @@ func New() *Metrics {
 	version, revision := Build()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "lockgate_build_info",
-		Help:        "Always 1; its labels name the gateway's build: version (the module version, \"(devel)\" for a build from a work tree) and revision (the VCS commit, \"unknown\" when the build recorded none).",
+		Help:        "Always 1; its labels name the gateway's build: version (the module version: a pseudo-version of the commit for go build in a git clone, \"(devel)\" when the build recorded no VCS stamp) and revision (the VCS commit, \"unknown\" when the build recorded none, \"-dirty\" appended when the tree had changes).",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision},
 	})
 	build.Set(1)
@@ -143,10 +143,12 @@ func New() *Metrics {
 }
 
 // Build names the running binary's build from what the Go toolchain
-// recorded in it: the main module's version ("(devel)" when built from a
-// work tree or unknown) and the VCS revision ("unknown" when none was
-// recorded, e.g. under -buildvcs=false), with "-dirty" when the work tree
-// had changes.
+// recorded in it: the main module's version (a pseudo-version of the
+// commit for go build in a git clone, "(devel)" when the build recorded no
+// VCS stamp: go run, -buildvcs=false, a git worktree) and the VCS
+// revision ("unknown" when none was recorded), with "-dirty" when the work
+// tree had changes. The page shows the revision's first 12 hex digits,
+// "+dirty" for "-dirty".
 func Build() (version, revision string) {
 	version, revision = "(devel)", "unknown"
 	bi, ok := debug.ReadBuildInfo()
@@ -239,6 +241,18 @@ func (m *Metrics) Behind(names []string, behind func() []bool) {
 			return 0
 		}))
 	}
+}
+
+// NodeTimeout exports, as the gauge lockgate_node_timeout_seconds, the
+// bound a node call is given at the moment of the scrape (see
+// (*lockcore.Redlock).NodeTimeout): -node-timeout while the nodes answer
+// quickly, up to -max-node-timeout while a quorum of them answers slower.
+// Call it at most once.
+func (m *Metrics) NodeTimeout(timeout func() time.Duration) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockgate_node_timeout_seconds",
+		Help: "The bound a call to one lock node is given now: -node-timeout while the nodes answer quickly, following the latency of a quorum of them up to -max-node-timeout when they answer slower.",
+	}, func() float64 { return timeout().Seconds() }))
 }
 
 // ServesAgain exports, as the gauge

@@ -155,12 +155,15 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 	m.Waiters(func() int { return waiting })
 	behind := []bool{false, false}
 	m.Behind([]string{"a:1", "b:2"}, func() []bool { return behind })
+	timeout := 50 * time.Millisecond
+	m.NodeTimeout(func() time.Duration { return timeout })
 	m.QuorumFailed("acquire")
 	m.QuorumFailed("acquire")
 	m.QuorumFailed("check")
 	m.Fenced()
 	waiting = 7
 	behind[1] = true
+	timeout = 150 * time.Millisecond
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -173,6 +176,7 @@ func TestQuorumFencingAndWaiters(t *testing.T) {
 		{"lockgate_waiters", nil, 7},
 		{"lockgate_node_behind", []string{"node", "a:1"}, 0},
 		{"lockgate_node_behind", []string{"node", "b:2"}, 1},
+		{"lockgate_node_timeout_seconds", nil, 0.15},
 	} {
 		if v := value(t, m, c.name, c.labels...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
@@ -224,7 +228,7 @@ func TestHandlerServesTheTextFormat(t *testing.T) {
 }
 
 // lockgate_build_info names the build the Go toolchain recorded: a test
-// binary is built from a work tree, so its version is "(devel)".
+// binary records no VCS stamp, so its version is "(devel)".
 func TestBuildInfo(t *testing.T) {
 	m := New()
 	version, revision := Build()

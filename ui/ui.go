@@ -7,10 +7,12 @@
 // reads in the browser from gateway endpoints, polled every second:
 // GET /locks (the listing, a page at a time, with the bearer token the
 // user gives the page when access control is on; it never carries a lease
-// id), GET /metrics (node states and names, waiters, the version) and,
-// while a node does not serve, GET /readyz (when the gateway is not ready,
-// why each node does not serve and until when). The page only reads: it
-// sends no PUT, PATCH or DELETE.
+// id), GET /metrics (node states and names, waiters, the version), GET
+// /readyz (each node's state, since when, why it does not serve and until
+// when) and GET /semaphores/{name} for the semaphores the user names (the
+// gateway has no listing of them). When a refresh of the listing fails the
+// page keeps the locks it last listed, marked with their age and why the
+// refresh failed. The page only reads: it sends no PUT, PATCH or DELETE.
 package ui
 
 import (

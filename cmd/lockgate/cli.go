@@ -207,12 +207,13 @@ func (c *common) withTimeout() (context.Context, context.CancelFunc) {
 }
 
 func acquireCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("acquire", getenv, stderr, "[flags] NAME\n\n"+
-		"Takes the lock and prints the lease as JSON, or with --env as shell assignments\n"+
+	fs, c := newFlags("acquire", getenv, stderr, "[flags] [NAME]\n\n"+
+		"Takes the lock NAME (default LOCKGATE_RESOURCE) and prints the lease as JSON, or with --env\n"+
+		"as shell assignments\n"+
 		"(eval \"$(lockgate acquire --env NAME)\"). Exit 0, 75 if another lease holds it.")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL")
 	wait := fs.Duration("wait", 0, "how long to wait for a held lock")
-	owner := fs.String("owner", "", "label shown by status")
+	owner := fs.String("owner", acquireOwner(), "label shown by status; default names this machine and the calling shell")
 	leaseID := fs.String("lease-id", "", "a lease id of your own (16 to 128 of A-Z a-z 0-9 - _; a secret: other users see command lines, prefer --lease-id-file); default: a fresh random one")
 	leaseIDFile := fs.String("lease-id-file", "", "file holding the lease id of your own")
 	env := fs.Bool("env", false, "print LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID, LOCKGATE_FENCING_TOKEN as shell assignments")
@@ -221,7 +222,7 @@ func acquireCommand(args []string, getenv func(string) string, stdout, stderr io
 	if err != nil {
 		return flagExit(err)
 	}
-	name, err := c.resource(pos, func(string) string { return "" })
+	name, err := c.resource(pos, getenv)
 	if err != nil {
 		return c.usagef("%v", err)
 	}
@@ -267,8 +268,9 @@ func acquireCommand(args []string, getenv func(string) string, stdout, stderr io
 
 func extendCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("extend", getenv, stderr, "[flags] [NAME]\n\n"+
-		"Extends a lock this lease holds and prints the lease as JSON. NAME, the lease id and the\n"+
-		"token default to LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and LOCKGATE_FENCING_TOKEN.")
+		"Extends a lock this lease holds and prints the lease as JSON, without the lease id. NAME,\n"+
+		"the lease id and the token default to LOCKGATE_RESOURCE, LOCKGATE_LEASE_ID and\n"+
+		"LOCKGATE_FENCING_TOKEN.")
 	ttl := fs.Duration("ttl", 0, "new TTL; default the TTL the lock was taken with")
 	src, token := leaseFlags(fs, getenv)
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
@@ -286,7 +288,26 @@ func extendCommand(args []string, getenv func(string) string, stdout, stderr io.
 	if err != nil {
 		return c.failf(exitFor(err), "%s: %v", name, err)
 	}
-	return printJSON(c, stdout, lease.Lease)
+	return printJSON(c, stdout, extended{Resource: lease.Resource, FencingToken: lease.FencingToken,
+		TTLms: lease.TTLms, ValidityMs: lease.ValidityMs, ExpiresAt: lease.ExpiresAt})
+}
+
+// extended is what extend prints: the lease without its id. The caller
+// has the id already, and a secret on stdout ends up in logs and
+// terminals' scrollback.
+type extended struct {
+	Resource     string    `json:"resource"`
+	FencingToken int64     `json:"fencing_token"`
+	TTLms        int64     `json:"ttl_ms"`
+	ValidityMs   int64     `json:"validity_ms"`
+	ExpiresAt    time.Time `json:"expires_at"`
+}
+
+// acquireOwner is acquire's default owner: this machine and the process
+// that ran acquire (the script that holds the lock), as status shows it.
+func acquireOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("lockgate-acquire@%s:%d", host, os.Getppid())
 }
 
 func releaseCommand(args []string, getenv func(string) string, _, stderr io.Writer) int {
@@ -312,14 +333,15 @@ func releaseCommand(args []string, getenv func(string) string, _, stderr io.Writ
 }
 
 func statusCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("status", getenv, stderr, "[flags] NAME\n\n"+
-		"Prints who holds the lock as JSON (never the lease id). Exit 0 if held, 3 if not.")
+	fs, c := newFlags("status", getenv, stderr, "[flags] [NAME]\n\n"+
+		"Prints who holds the lock NAME (default LOCKGATE_RESOURCE) as JSON (never the lease id).\n"+
+		"Exit 0 if held, 3 if not.")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the call")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
-	name, err := c.resource(pos, func(string) string { return "" })
+	name, err := c.resource(pos, getenv)
 	if err != nil {
 		return c.usagef("%v", err)
 	}

@@ -21,12 +21,15 @@ type config struct {
 	Addr        string
 	Redis       []string
 	NodeTimeout time.Duration
-	DriftFactor float64
-	MinTTL      time.Duration
-	MaxTTL      time.Duration
-	DefaultTTL  time.Duration
-	MaxWait     time.Duration
-	MaxWaiters  int
+	// MaxNodeTimeout is -max-node-timeout as given (0: the default of
+	// lockcore.Options.MaxNodeTimeout).
+	MaxNodeTimeout time.Duration
+	DriftFactor    float64
+	MinTTL         time.Duration
+	MaxTTL         time.Duration
+	DefaultTTL     time.Duration
+	MaxWait        time.Duration
+	MaxWaiters     int
 	// MaxWatchers bounds long polls and event streams per replica
 	// (watch.Options.MaxWatchers).
 	MaxWatchers int
@@ -39,12 +42,15 @@ type config struct {
 	// WaitersPerCaller is -max-waiters-per-caller as given (0: see
 	// waiterShare).
 	WaitersPerCaller int
-	BodyLimit        int64
-	LogLevel         string
-	AuthFile         string
-	tls              tlsSettings
-	rateLimit        float64
-	rateBurst        int
+	// ShutdownDelay is how long the gateway drains after SIGTERM before it
+	// ends waits and stops (see run).
+	ShutdownDelay time.Duration
+	BodyLimit     int64
+	LogLevel      string
+	AuthFile      string
+	tls           tlsSettings
+	rateLimit     float64
+	rateBurst     int
 	// ui serves the read-only web page at /ui/ (handlers.Options.UI).
 	ui bool
 
@@ -151,6 +157,17 @@ var settings = []setting{
 		return nil
 	}},
 	{"node-timeout", "LOCKGATE_NODE_TIMEOUT", "50ms", "bound on each call to one Redis node", durationSetting(func(c *config) *time.Duration { return &c.NodeTimeout })},
+	{"max-node-timeout", "LOCKGATE_MAX_NODE_TIMEOUT", "0", "most a call to one Redis node is ever given: when a majority of nodes answers slower than -node-timeout (a busy CPU), the bound follows them up to this, so that load slows calls rather than failing them; 0: ten times -node-timeout, at most half of -max-ttl; equal to -node-timeout: a fixed bound", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration like 500ms or 1s")
+		}
+		if d < 0 {
+			return fmt.Errorf("must be positive, or 0 for ten times -node-timeout")
+		}
+		c.MaxNodeTimeout = d
+		return nil
+	}},
 	{"drift-factor", "LOCKGATE_DRIFT_FACTOR", "0.01", "share of the TTL set aside for clock drift (plus 2ms)", func(c *config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f >= 0.5 {
@@ -215,6 +232,17 @@ var settings = []setting{
 		c.ui = on
 		return nil
 	}},
+	{"shutdown-delay", "LOCKGATE_SHUTDOWN_DELAY", "5s", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, so that load balancers stop sending it requests; then waits end with 503 and requests in flight finish (at most 20s, so that the gateway exits within 30s of SIGTERM; 0: at once)", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("not a duration like 5s or 0s")
+		case d < 0 || d > maxShutdownDelay:
+			return fmt.Errorf("must be from 0s to %v", maxShutdownDelay)
+		}
+		c.ShutdownDelay = d
+		return nil
+	}},
 	{"log-level", "LOCKGATE_LOG_LEVEL", "info", "debug, info, warn or error", func(c *config, v string) error {
 		switch v {
 		case "debug", "info", "warn", "error":
@@ -237,14 +265,22 @@ var settings = []setting{
 	}},
 }
 
-// configError names the setting at fault.
+// configError names the setting at fault as it was given: the flag, or
+// the variable, or, for a default, the flag with its variable unset.
 type configError struct {
 	flag, env, value string
+	source           string // "flag", "env" or "default", as in effective
 	err              error
 }
 
 func (e *configError) Error() string {
-	return fmt.Sprintf("bad setting -%s (%s=%q): %v", e.flag, e.env, e.value, e.err)
+	switch e.source {
+	case "flag":
+		return fmt.Sprintf("bad setting -%s %q: %v", e.flag, e.value, e.err)
+	case "env":
+		return fmt.Sprintf("bad setting %s=%q: %v", e.env, e.value, e.err)
+	}
+	return fmt.Sprintf("bad setting -%s (default %q, %s unset): %v", e.flag, e.value, e.env, e.err)
 }
 
 // parseConfig reads flags from args and LOCKGATE_* variables from getenv.
@@ -279,7 +315,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (*c
 			shown = redactURLs(v)
 		}
 		if err := s.set(c, v); err != nil {
-			return nil, &configError{flag: s.flag, env: s.env, value: shown, err: err}
+			return nil, &configError{flag: s.flag, env: s.env, value: shown, source: source, err: err}
 		}
 		c.effective = append(c.effective, effective{flag: s.flag, value: shown, source: source})
 	}
@@ -305,11 +341,18 @@ func (c *config) check() error {
 	for _, s := range settings {
 		envOf[s.flag] = s.env
 	}
+	as := map[string]effective{}
 	for _, e := range c.effective {
 		given[e.flag] = e.source != "default"
+		as[e.flag] = e
 	}
+	// bad names flag as it was given, with the value as written there.
 	bad := func(flag string, v any, format string, args ...any) error {
-		return &configError{flag: flag, env: envOf[flag], value: fmt.Sprint(v), err: fmt.Errorf(format, args...)}
+		e, ok := as[flag]
+		if !ok {
+			e = effective{value: fmt.Sprint(v), source: "default"}
+		}
+		return &configError{flag: flag, env: envOf[flag], value: e.value, source: e.source, err: fmt.Errorf(format, args...)}
 	}
 	// conflict blames a unless only b was given.
 	conflict := func(a string, av any, aWhy string, b string, bv any, bWhy string) error {
@@ -335,6 +378,12 @@ func (c *config) check() error {
 	case c.NodeTimeout*2 > c.MinTTL:
 		return conflict("node-timeout", c.NodeTimeout, "must be at most half of -%s %v, or too little validity is left",
 			"min-ttl", c.MinTTL, "must be at least twice -%s %v, or too little validity is left")
+	case c.MaxNodeTimeout != 0 && c.MaxNodeTimeout < c.NodeTimeout:
+		return conflict("max-node-timeout", c.MaxNodeTimeout, "is below -%s %v (equal keeps the bound fixed)",
+			"node-timeout", c.NodeTimeout, "is above -%s %v")
+	case c.MaxNodeTimeout*2 > c.MaxTTL:
+		return conflict("max-node-timeout", c.MaxNodeTimeout, "must be at most half of -%s %v, or too little validity is left",
+			"max-ttl", c.MaxTTL, "must be at least twice -%s %v, or too little validity is left")
 	}
 	return nil
 }

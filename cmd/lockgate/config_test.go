@@ -40,6 +40,7 @@ func badValues(t *testing.T) map[string][]string {
 			"redis-cluster://h:1/0", "redis-cluster://h:1?addr=h2:99999", "redis-cluster://h:1?db=1", "redis-cluster://h:1?addr=h2"},
 		"redis-password-file":    {filepath.Join(dir, "absent"), dir, emptyFile(t, dir)},
 		"node-timeout":           {"fast", "0s", "-5ms", "60ms" /* above half of the default -min-ttl 100ms */},
+		"max-node-timeout":       {"slow", "-1s", "10ms" /* below -node-timeout */, "31m" /* above half of -max-ttl */},
 		"drift-factor":           {"x", "0", "-0.1", "0.5"},
 		"min-ttl":                {"1", "0s", "2h" /* above -max-ttl */, "60ms" /* below twice -node-timeout */},
 		"max-ttl":                {"forever", "25h", "50ms" /* below -min-ttl */, "10s" /* below -default-ttl */},
@@ -50,6 +51,7 @@ func badValues(t *testing.T) map[string][]string {
 		"max-waiters-per-caller": {"-1", "many", "10001" /* above -max-waiters */},
 		"max-watchers":           {"0", "-1", "many"},
 		"stream-idle":            {"x", "0s", "-1s"},
+		"shutdown-delay":         {"x", "-1s", "21s"},
 		"watch-poll":             {"x", "0s", "-1s"},
 		"ui":                     {"yes", "on", "2"},
 		"log-level":              {"loud", "INFO", "trace"},
@@ -88,9 +90,14 @@ func TestEveryBadValueNamesItsSetting(t *testing.T) {
 					if !errors.As(err, &ce) {
 						t.Fatalf("err %v, want a *configError", err)
 					}
+					// Named as it was given: the flag, or the variable.
 					msg := err.Error()
-					if ce.flag != s.flag || !strings.Contains(msg, "-"+s.flag+" ") || !strings.Contains(msg, s.env) {
-						t.Errorf("%q does not name -%s and %s", msg, s.flag, s.env)
+					named := strings.Contains(msg, "bad setting -"+s.flag+" ") && !strings.Contains(msg, s.env+"=")
+					if via == "env" {
+						named = strings.Contains(msg, "bad setting "+s.env+"=")
+					}
+					if ce.flag != s.flag || !named {
+						t.Errorf("%q does not name the %s it was given by (-%s, %s)", msg, via, s.flag, s.env)
 					}
 				})
 			}
@@ -99,6 +106,25 @@ func TestEveryBadValueNamesItsSetting(t *testing.T) {
 	for name := range bad {
 		if !hasSetting(name) {
 			t.Errorf("badValues has %q, which is no setting", name)
+		}
+	}
+}
+
+// A value out of range is quoted as it was written, under the name it was
+// given by (issue 45: -max-ttl 48h was reported as LOCKGATE_MAX_TTL="48h0m0s").
+func TestAContradictionQuotesTheValueAsGiven(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-max-ttl", "48h"}, nil, `bad setting -max-ttl "48h": must be at most 24h`},
+		{nil, map[string]string{"LOCKGATE_MAX_TTL": "48h"}, `bad setting LOCKGATE_MAX_TTL="48h": must be at most 24h`},
+		{[]string{"-min-ttl", "2h"}, nil, `bad setting -min-ttl "2h": is above -max-ttl 1h0m0s`},
+	} {
+		_, err := parseConfig(tc.args, envOf(tc.env), io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v %v: %v, want %q", tc.args, tc.env, err, tc.want)
 		}
 	}
 }
@@ -120,7 +146,7 @@ func TestGoodValues(t *testing.T) {
 		check func(*config) bool
 	}{
 		{"the defaults", nil, nil, func(c *config) bool {
-			return c.Addr == "127.0.0.1:8080" && len(c.Redis) == 0 && c.NodeTimeout == 50*time.Millisecond &&
+			return c.Addr == "127.0.0.1:8080" && len(c.Redis) == 0 && c.NodeTimeout == 50*time.Millisecond && c.MaxNodeTimeout == 0 &&
 				c.DriftFactor == 0.01 && c.MinTTL == 100*time.Millisecond && c.MaxTTL == time.Hour &&
 				c.DefaultTTL == 30*time.Second && c.MaxWait == 5*time.Minute && c.MaxWaiters == 10000 &&
 				c.BodyLimit == 16384 && c.LogLevel == "info" && c.AuthFile == "" && c.tokens == nil &&
@@ -130,6 +156,10 @@ func TestGoodValues(t *testing.T) {
 			func(c *config) bool { return c.NodeTimeout == 20*time.Millisecond }},
 		{"a flag wins over the environment", []string{"-node-timeout", "30ms"}, map[string]string{"LOCKGATE_NODE_TIMEOUT": "20ms"},
 			func(c *config) bool { return c.NodeTimeout == 30*time.Millisecond }},
+		{"a maximum node timeout from the environment", nil, map[string]string{"LOCKGATE_MAX_NODE_TIMEOUT": "2s"},
+			func(c *config) bool { return c.MaxNodeTimeout == 2*time.Second }},
+		{"a maximum node timeout equal to the node timeout: a fixed bound", []string{"-max-node-timeout", "50ms"}, nil,
+			func(c *config) bool { return c.MaxNodeTimeout == c.NodeTimeout }},
 		{"Redis URLs may carry a password and TLS", []string{"-redis", " redis://:pw@a:1, rediss://user:pw@b:2/0 ,redis://c:3"}, nil,
 			func(c *config) bool {
 				return len(c.Redis) == 3 && c.Redis[0] == "redis://:pw@a:1" && c.Redis[1] == "rediss://user:pw@b:2/0"

@@ -16,11 +16,12 @@ import (
 // flagTypes names what each setting takes, for -h (flag shows the
 // back-quoted word of a usage as the flag's argument).
 var flagTypes = map[string]string{
-	"addr": "host:port", "redis": "URLs", "redis-password-file": "file", "node-timeout": "duration", "drift-factor": "fraction",
+	"addr": "host:port", "redis": "URLs", "redis-password-file": "file", "node-timeout": "duration", "max-node-timeout": "duration", "drift-factor": "fraction",
 	"min-ttl": "duration", "max-ttl": "duration", "default-ttl": "duration", "max-wait": "duration",
 	"max-waiters": "count", "max-waiters-per-caller": "count", "max-watchers": "count", "stream-idle": "duration", "watch-poll": "duration", "body-limit": "bytes", "log-level": "level", "auth-file": "file",
 	"tls-cert": "file", "tls-key": "file", "tls-client-ca": "file", "rate-limit": "per-second", "rate-burst": "count",
 	"read-header-timeout": "duration", "read-body-timeout": "duration", "max-header-bytes": "bytes", "ui": "bool",
+	"shutdown-delay": "duration",
 }
 
 // printUsage is -h: each flag with the type of its argument (flag's own

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -51,9 +52,9 @@ func main() {
 	}
 }
 
-// run starts the gateway and serves until ctx ends, then shuts down
-// gracefully: waits end with 503, requests in flight finish. ready, if not
-// nil, is called with the listening address.
+// run starts the gateway and serves until ctx ends, then drains and shuts
+// down (see shutdown). ready, if not nil, is called with the listening
+// address.
 func run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, ready func(addr string)) error {
 	cfg, err := parseConfig(args, getenv, logOut)
 	if err != nil {
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer closeNodes()
 	m := metrics.New()
 	locker, err := lockcore.New(nodes, &lockcore.Options{
-		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
+		NodeTimeout: cfg.NodeTimeout, MaxNodeTimeout: cfg.MaxNodeTimeout, DriftFactor: cfg.DriftFactor,
 		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
 		Observer: nodeLog{m, log},
 	})
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	sems := semaphore.New(locker)
 	m.PermitsInUse(sems.InUse)
 	m.Behind(names, locker.Behind)
+	m.NodeTimeout(locker.NodeTimeout)
 	m.ServesAgain(names, func() []time.Time {
 		reports := locker.NodeReports()
 		out := make([]time.Time, len(reports))
@@ -107,10 +109,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 	defer hub.Close()
 	m.Watch(hub.Watchers, hub.EventsSent, hub.Dropped)
 
+	tp, err := tracing(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		log.Info().Msg("tracing on: spans exported over OTLP (OTEL_* environment)")
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.Background(), traceFlush)
+			defer cancel()
+			_ = tp.Shutdown(fctx)
+		}()
+	}
+	drain := handlers.NewDrain()
 	hopts := &handlers.Options{
 		Logger: &log, BodyLimit: cfg.BodyLimit, DefaultTTL: cfg.DefaultTTL,
 		OnRequest: m.Request, Metrics: m.Handler(), WaitersPerCaller: cfg.waiterShare(),
-		Watch: hub, StreamIdle: cfg.StreamIdle, Semaphores: sems,
+		Watch: hub, StreamIdle: cfg.StreamIdle, Semaphores: sems, Drain: drain,
+	}
+	if tp != nil {
+		hopts.Tracer = tp
 	}
 	if cfg.ui {
 		hopts.UI = ui.Files()
@@ -134,6 +152,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	}
 	srv := newServer(cfg, h)
+	stopped := make(chan struct{})
+	srv.RegisterOnShutdown(func() {
+		// Shutdown has closed the listeners: no new request arrives.
+		drain.EndStreams()
+		locker.Close() // waits end: 503 shutting-down with Retry-After
+		hub.Close()    // long polls end; streams have had their shutdown event
+		close(stopped)
+	})
 	log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Int("nodes", len(nodes)).Int("quorum", locker.Quorum()).
 		Dur("node_timeout", cfg.NodeTimeout).Dur("min_ttl", cfg.MinTTL).Dur("max_ttl", cfg.MaxTTL).
 		Dur("max_wait", cfg.MaxWait).Msg("lockgate listening")
@@ -148,13 +174,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, logOut 
 		return err
 	case <-ctx.Done():
 	}
-	log.Info().Msg("shutting down: ending waits, finishing requests in flight")
-	locker.Close()
-	hub.Close() // ends the event streams, which would hold Shutdown
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return shutdown(srv, drain, cfg.ShutdownDelay, errc, stopped, log)
+}
+
+// shutdown drains the gateway and stops it, within shutdownBudget:
+//
+//  1. /readyz answers 503 at once and responses carry Connection: close,
+//     so that load balancers (a Kubernetes Service, whose endpoints are
+//     removed asynchronously) stop sending requests and clients connect
+//     again elsewhere; everything else is served as before, for delay;
+//  2. then the listeners close, waits end with 503 shutting-down and
+//     Retry-After, event streams end with a shutdown event, long polls
+//     with 503, and requests in flight finish.
+//
+// No lock is released: a client's lease is its own, renewed through
+// another replica. stopped is closed once the OnShutdown hook has ended
+// the waits and streams.
+func shutdown(srv *http.Server, drain *handlers.Drain, delay time.Duration, errc <-chan error, stopped <-chan struct{}, log zerolog.Logger) error {
+	drain.Begin()
+	log.Info().Dur("shutdown_delay", delay).Msg("draining: /readyz answers 503, requests are still served")
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-t.C:
+	}
+	log.Info().Msg("shutting down: ending waits and event streams, finishing requests in flight")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget-delay)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	err := srv.Shutdown(sctx)
+	<-stopped
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: requests still in flight after %v: %w", shutdownBudget, err)
 	}
 	log.Info().Msg("stopped")
 	return nil
@@ -252,7 +305,7 @@ var nodeStateMessages = map[lockcore.NodeState]string{
 	lockcore.NodeServing:       "lock node serving",
 	lockcore.NodeUnreachable:   "lock node not answering its check",
 	lockcore.NodeRefusing:      "lock node refuses writes: it does not count towards the quorum",
-	lockcore.NodeLost:          "lock node lost data it had acknowledged: quarantining it",
+	lockcore.NodeLost:          "lock node found restarted or without data it had acknowledged (reason says which): out of service while it is recovered",
 	lockcore.NodeQuarantined:   "lock node quarantined: out of service until repaired, after the largest TTL",
 	lockcore.NodeUninitialized: "lock node holds no lockgate data yet",
 }

@@ -38,12 +38,18 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		"then SIGKILL after --kill-after); 126/127 the command could not be started; 64 usage.\n"+
 		"With --permits K, NAME is a semaphore of K permits: the command runs while holding\n"+
 		"one of them (up to K commands at once) and also gets LOCKGATE_PERMIT, its number;\n"+
-		"75 then means all K are held, 64 that their holders use another K.")
+		"75 then means all K are held, 64 that their holders use another K.\n"+
+		"With --shared (or --exclusive), NAME is a readers-writer lock: the command runs with a\n"+
+		"reader's hold (any number at once) or the writer's (alone), and also gets LOCKGATE_MODE;\n"+
+		"75 then means the lock is held in a conflicting mode (a waiting writer keeps new\n"+
+		"readers out).")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL; the lock is renewed about every TTL/3")
 	wait := fs.Duration("wait", 0, "how long to wait for a lock another lease holds")
 	killAfter := fs.Duration("kill-after", 10*time.Second, "after a lost lock, SIGKILL this long after SIGTERM")
 	owner := fs.String("owner", defaultOwner(), "label shown by status")
 	permits := fs.Int("permits", 0, "hold one of the K permits of the semaphore NAME instead of the lock NAME (1 to 64)")
+	shared := fs.Bool("shared", false, "hold a reader's hold on the readers-writer lock NAME instead of the lock NAME")
+	exclusive := fs.Bool("exclusive", false, "hold the writer's hold on the readers-writer lock NAME instead of the lock NAME")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
@@ -57,6 +63,17 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		return c.usagef("--ttl and --kill-after must be positive, --wait not negative")
 	case *permits < 0 || *permits > 64:
 		return c.usagef("--permits must be between 1 and 64 (0: a lock)")
+	case *shared && *exclusive:
+		return c.usagef("--shared and --exclusive exclude each other")
+	case (*shared || *exclusive) && *permits > 0:
+		return c.usagef("--permits takes a semaphore, --shared and --exclusive a readers-writer lock: not both")
+	}
+	mode := ""
+	switch {
+	case *shared:
+		mode = "shared"
+	case *exclusive:
+		mode = "exclusive"
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -80,7 +97,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		case <-acquired:
 		}
 	}()
-	l, err := take(ctx, cl, c.lock, *permits, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
+	l, err := take(ctx, cl, c.lock, *permits, mode, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
 	close(acquired)
 	<-watched
 	cancel()
@@ -98,7 +115,7 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = commandEnv(l)
+	cmd.Env = commandEnv(l, mode)
 	// Pdeathsig: if run itself dies (SIGKILL, OOM), nobody renews the lock
 	// any more, so the command is told at once.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -167,8 +184,9 @@ func badDurations(ttl, killAfter, wait time.Duration) bool {
 }
 
 // commandEnv is the command's environment: run's, with the lock's (or
-// permit's) resource, lease id and fencing token, and the permit's number.
-func commandEnv(l *client.Lock) []string {
+// permit's, or readers-writer hold's) resource, lease id and fencing
+// token, the permit's number, and the hold's mode.
+func commandEnv(l *client.Lock, mode string) []string {
 	env := append(os.Environ(),
 		"LOCKGATE_RESOURCE="+l.Resource(),
 		"LOCKGATE_LEASE_ID="+l.LeaseID(),
@@ -176,14 +194,21 @@ func commandEnv(l *client.Lock) []string {
 	if l.Permit() >= 0 {
 		env = append(env, "LOCKGATE_PERMIT="+strconv.Itoa(l.Permit()))
 	}
+	if mode != "" {
+		env = append(env, "LOCKGATE_MODE="+mode)
+	}
 	return env
 }
 
 // take holds the lock name, or with permits > 0 one of the permits of the
-// semaphore name.
-func take(ctx context.Context, cl *client.Client, name string, permits int, o *client.LockOptions) (*client.Lock, error) {
+// semaphore name, or with mode "shared" or "exclusive" a hold on the
+// readers-writer lock name.
+func take(ctx context.Context, cl *client.Client, name string, permits int, mode string, o *client.LockOptions) (*client.Lock, error) {
 	if permits > 0 {
 		return cl.HoldPermit(ctx, name, permits, o)
+	}
+	if mode != "" {
+		return cl.HoldRW(ctx, name, mode == "exclusive", o)
 	}
 	return cl.Lock(ctx, name, o)
 }
@@ -195,6 +220,8 @@ func acquireExit(err error) int {
 		return exitTaken
 	case errors.Is(err, client.ErrPermitsMismatch):
 		return exitUsage
+	case errors.Is(err, client.ErrNotSupported):
+		return exitUnavailable
 	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrForbidden):
 		return exitDenied
 	case errors.Is(err, client.ErrBadRequest):

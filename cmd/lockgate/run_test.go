@@ -440,6 +440,60 @@ func TestScriptingSubcommandsExitStatus(t *testing.T) {
 	}
 }
 
+// The variables acquire --env sets serve the next steps: status and acquire
+// take the lock's name from LOCKGATE_RESOURCE as extend and release do,
+// the lock has an owner status can show, and extend never prints the lease
+// id (a secret: stdout ends up in logs).
+func TestScriptStepsShareTheLockAndKeepTheLeaseIDOffStdout(t *testing.T) {
+	g, _ := clientGateway(t)
+	vars := map[string]string{"LOCKGATE_URL": g.base}
+	call := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := subcommand(args[0], args[1:], envOf(vars), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, out, stderr := call("acquire", "--env", "--ttl", "30s", "script-steps")
+	if code != 0 {
+		t.Fatalf("acquire --env: %d %q %q", code, out, stderr)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if name, v, ok := strings.Cut(line, "="); ok {
+			vars[name] = strings.Trim(v, "'")
+		}
+	}
+	lease := vars["LOCKGATE_LEASE_ID"]
+	if vars["LOCKGATE_RESOURCE"] != "script-steps" || lease == "" {
+		t.Fatalf("acquire --env printed %q", out)
+	}
+
+	code, out, stderr = call("status")
+	var info api.LockInfo
+	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.Resource != "script-steps" {
+		t.Fatalf("status with LOCKGATE_RESOURCE: %d %q %q", code, out, stderr)
+	}
+	if !strings.HasPrefix(info.Owner, "lockgate-acquire@") {
+		t.Errorf("owner %q, want acquire's default naming the machine", info.Owner)
+	}
+	if code, _, stderr := call("acquire"); code != exitTaken || !strings.Contains(stderr, "script-steps") {
+		t.Errorf("acquire with LOCKGATE_RESOURCE of a held lock: %d %q, want %d naming script-steps", code, stderr, exitTaken)
+	}
+
+	code, out, stderr = call("extend")
+	var ext map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &ext) != nil || ext["resource"] != "script-steps" || ext["fencing_token"] == nil {
+		t.Fatalf("extend: %d %q %q", code, out, stderr)
+	}
+	if strings.Contains(out, lease) || ext["lease_id"] != nil {
+		t.Errorf("extend printed the lease id: %q", out)
+	}
+	if code, _, stderr := call("release"); code != 0 {
+		t.Fatalf("release: %d %q", code, stderr)
+	}
+	if code, _, _ := call("status"); code != exitNotHeld {
+		t.Errorf("status after the release: %d, want %d", code, exitNotHeld)
+	}
+}
+
 // A signal that reaches run while it waits for the lock ends the wait: run
 // exits 128+N and the command never starts. A gateway that cannot be
 // reached: 69.

@@ -15,6 +15,14 @@ const (
 	// the longest wait: the last attempt after a wait, the node calls, and
 	// writing a small answer.
 	writeSlack = 30 * time.Second
+	// shutdownBudget is how long the gateway takes at most from SIGTERM to
+	// its exit: -shutdown-delay, then ending waits and streams and
+	// finishing requests in flight. It stays under Kubernetes' default
+	// terminationGracePeriodSeconds (30), after which the kubelet kills.
+	shutdownBudget = 25 * time.Second
+	// maxShutdownDelay leaves at least 5 s of shutdownBudget for the
+	// requests in flight.
+	maxShutdownDelay = 20 * time.Second
 )
 
 // newServer returns the gateway's HTTP server around handler, with every

@@ -39,7 +39,7 @@ func init() {
 			c.tls.key = v
 			return pemFile(v, "PRIVATE KEY")
 		}},
-		setting{"tls-client-ca", "LOCKGATE_TLS_CLIENT_CA", "", "PEM file of the CAs that sign client certificates: /locks needs one (mTLS), probes (/healthz, /readyz, /metrics, /openapi.yaml) do not; reloaded with -tls-cert; needs -tls-cert", func(c *config, v string) error {
+		setting{"tls-client-ca", "LOCKGATE_TLS_CLIENT_CA", "", "PEM file of the CAs that sign client certificates: /locks needs one (mTLS), probes (/livez, /healthz, /readyz, /metrics, /openapi.yaml) do not; reloaded with -tls-cert; needs -tls-cert", func(c *config, v string) error {
 			c.tls.clientCA = v
 			if v == "" {
 				return nil
@@ -241,7 +241,7 @@ func wrapTLS(ctx context.Context, cfg *config, log zerolog.Logger, ln net.Listen
 	if s.clientCA != "" {
 		// A certificate, if given, must be signed by one of the CAs; one
 		// is asked for but not required at the handshake, so that probes
-		// (a kubelet has none) reach /healthz and /readyz.
+		// (a kubelet has none) reach /livez, /healthz and /readyz.
 		// requireClientCert refuses every other path without one.
 		tc.ClientAuth = tls.VerifyClientCertIfGiven
 		tc.GetConfigForClient = certs.configFor(tc)
@@ -281,7 +281,7 @@ func warnPlain(log zerolog.Logger, addr net.Addr) {
 // probePaths are the paths a client without a certificate reaches under
 // -tls-client-ca: liveness, readiness, metrics and the contract. They answer
 // nothing about locks, and need no bearer token either.
-var probePaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
+var probePaths = []string{"/healthz", "/livez", "/readyz", "/metrics", "/openapi.yaml"}
 
 // requireClientCert refuses, with 403, a request without a verified client
 // certificate on any path but probePaths (the listener, with

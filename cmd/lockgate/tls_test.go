@@ -115,7 +115,7 @@ func TestRedisOverTLSWithAPassword(t *testing.T) {
 		// A cold TLS connection (handshake, AUTH, script load) can take
 		// longer than the default 50ms on a loaded machine under -race; this
 		// test is about reaching the nodes, not about their latency.
-		"LOCKGATE_NODE_TIMEOUT=250ms", "LOCKGATE_MIN_TTL=1s"}
+		"LOCKGATE_NODE_TIMEOUT=250ms", "LOCKGATE_MIN_TTL=1s", "LOCKGATE_SHUTDOWN_DELAY=0s"}
 	cmd.Stdout, cmd.Stderr = logOut, logOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

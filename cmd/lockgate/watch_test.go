@@ -20,7 +20,7 @@ func TestAnEventStreamEndsAtShutdown(t *testing.T) {
 	log := &testlog.Buffer{}
 	addrc, done := make(chan string, 1), make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-max-watchers", "1"}, envOf(nil), log, func(a string) { addrc <- a })
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-max-watchers", "1", "-shutdown-delay", "0s"}, envOf(nil), log, func(a string) { addrc <- a })
 	}()
 	var base string
 	select {

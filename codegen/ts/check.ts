@@ -1,7 +1,8 @@
 // Type-checks a few uses of the types openapi-typescript generates from
 // openapi.yaml (schema.d.ts, made by ../check), under tsc --strict: the
-// answers of acquire, the 409 and 429 problems, the listing, and the
-// Fencing-Token header typed as the body's fencing_token is.
+// answers of acquire, the 409 and 429 problems, the listing, the
+// Fencing-Token header typed as the body's fencing_token is, and the
+// readers-writer lock's request, hold, mode-held problem and readers.
 import type { components, paths } from "./schema";
 
 type Lock = paths["/locks/{resource}"];
@@ -25,4 +26,15 @@ const limited: TooMany = { type: "urn:lockgate:problem:rate-limited", title: "Ra
 const page: Listing = { locks: [{ resource: "a", fencing_token: token, owner: "", ttl_ms: 1, expires_at: "2026-01-01T00:00:00Z" }] };
 const extend: components["schemas"]["ExtendRequest"] = { ttl_ms: 60000 };
 
-export const uses = [lease, taken, limited, page, extend];
+type RWLock = paths["/rwlocks/{resource}"];
+const readerAsk: components["schemas"]["RWAcquireRequest"] = { mode: "shared", ttl_ms: 30000 };
+const reader: RWLock["put"]["responses"]["201"]["content"]["application/json"] = { ...lease, resource: "ledger", mode: "shared" };
+const modeHeld: RWLock["put"]["responses"]["409"]["content"]["application/problem+json"] = { type: "urn:lockgate:problem:mode-held", title: "Lease holds the lock in the other mode", status: 409 };
+const readers: RWLock["get"]["responses"]["200"]["content"]["application/json"] = {
+  resource: "ledger",
+  mode: "shared",
+  writer_waiting: true,
+  holders: [{ mode: "shared", fencing_token: reader.fencing_token, owner: "", ttl_ms: 30000, expires_at: "2026-01-01T00:00:00Z" }],
+};
+
+export const uses = [lease, taken, limited, page, extend, readerAsk, reader, modeHeld, readers];

@@ -2,14 +2,14 @@
 // between a client (a lockgate gateway) and a server (a redis-server) on
 // loopback and, on command, delays replies, drops replies after forwarding
 // the request (the lost-reply case: the server ran the command, the client
-// never hears of it), or cuts every open connection.
+// never hears of it), cuts every open connection, or keeps the client
+// connections open while it dials a new server behind them.
 //
 // Faults apply to bytes flowing from the server to the client; requests are
 // always forwarded. A Proxy with no fault set is a plain pass-through.
 package faultproxy
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -24,13 +24,16 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	delay  time.Duration
+	rate   int // reply bytes per second; 0: no limit
+	dropRq bool
 	drop   bool
+	keep   bool // see SetKeepClients
 	once   bool // drop is turned off after one reply
 	conns  map[*pair]struct{}
 	closed bool
 	wg     sync.WaitGroup
 
-	accepted, dropped, cut atomic.Int64
+	accepted, dropped, cut, redialed atomic.Int64
 }
 
 // Stats counts what a Proxy did since it started.
@@ -38,11 +41,32 @@ type Stats struct {
 	Accepted       int64 // client connections accepted
 	DroppedReplies int64 // replies swallowed (each also closed its connection)
 	CutConns       int64 // connections closed by Cut
+	Redialed       int64 // server connections made again behind an open client connection
 }
 
-type pair struct{ client, server net.Conn }
+// pair is one client connection and the server connection it is
+// forwarded to (another one after a re-dial: see SetKeepClients).
+type pair struct {
+	client net.Conn
+	mu     sync.Mutex
+	server net.Conn
+	closed bool
+}
 
-func (p *pair) close() { _ = p.client.Close(); _ = p.server.Close() }
+func (p *pair) srv() net.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.server
+}
+
+func (p *pair) close() {
+	p.mu.Lock()
+	p.closed = true
+	s := p.server
+	p.mu.Unlock()
+	_ = p.client.Close()
+	_ = s.Close()
+}
 
 // Start listens on a free loopback port and forwards to target (host:port).
 // Call Close to stop it.
@@ -85,6 +109,25 @@ func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// SetRate passes replies on at most bytesPerSecond (in chunks of at most
+// 1 KiB, each held for its share of the second); 0 turns the limit off,
+// and what is still to pass then goes at once. It applies to connections
+// already open.
+func (p *Proxy) SetRate(bytesPerSecond int) {
+	p.mu.Lock()
+	p.rate = bytesPerSecond
+	p.mu.Unlock()
+}
+
+// SetDropRequests, while on, swallows every request and closes its
+// connection, so the server never sees it and the client sees a broken
+// connection: a partition between this client and the server.
+func (p *Proxy) SetDropRequests(on bool) {
+	p.mu.Lock()
+	p.dropRq = on
+	p.mu.Unlock()
+}
+
 // SetDropReplies, while on, forwards requests to the server but swallows
 // the first reply on each connection and then closes that connection, so
 // the command ran on the server and the client sees only a broken
@@ -120,16 +163,18 @@ func (p *Proxy) Cut() int {
 	return len(open)
 }
 
-// Heal turns every fault off (no delay, no dropped replies).
+// Heal turns every fault off (no delay, no rate limit, no dropped
+// requests or replies).
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	p.delay, p.drop, p.once = 0, false, false
+	p.delay, p.rate, p.dropRq, p.drop, p.once = 0, 0, false, false, false
 	p.mu.Unlock()
 }
 
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
-	return Stats{Accepted: p.accepted.Load(), DroppedReplies: p.dropped.Load(), CutConns: p.cut.Load()}
+	return Stats{Accepted: p.accepted.Load(), DroppedReplies: p.dropped.Load(), CutConns: p.cut.Load(),
+		Redialed: p.redialed.Load()}
 }
 
 // Close stops listening, closes every connection and waits for the proxy's
@@ -182,11 +227,32 @@ func (p *Proxy) forget(pr *pair) {
 	p.mu.Unlock()
 }
 
-// requests copies client → server unchanged.
+// requests copies client → server unchanged, unless requests are dropped
+// (to a server dialed again, when one fails while SetKeepClients is on).
 func (p *Proxy) requests(pr *pair) {
 	defer p.wg.Done()
 	defer p.forget(pr)
-	_, _ = io.Copy(pr.server, pr.client)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pr.client.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			drop := p.dropRq
+			p.mu.Unlock()
+			if drop {
+				return // the deferred forget closes both sides
+			}
+			s := pr.srv()
+			for _, werr := s.Write(buf[:n]); werr != nil; _, werr = s.Write(buf[:n]) {
+				if s = p.redial(pr, s); s == nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // replies copies server → client, applying the current faults per chunk.
@@ -194,11 +260,18 @@ func (p *Proxy) replies(pr *pair) {
 	defer p.wg.Done()
 	defer p.forget(pr)
 	buf := make([]byte, 32<<10)
+	s := pr.srv()
 	for {
-		n, err := pr.server.Read(buf)
+		p.mu.Lock()
+		chunk := len(buf)
+		if p.rate > 0 {
+			chunk = 1 << 10
+		}
+		p.mu.Unlock()
+		n, err := s.Read(buf[:chunk])
 		if n > 0 {
 			p.mu.Lock()
-			delay, drop := p.delay, p.drop
+			delay, drop, rate := p.delay, p.drop, p.rate
 			if drop && p.once {
 				p.drop, p.once = false, false
 			}
@@ -210,12 +283,17 @@ func (p *Proxy) replies(pr *pair) {
 			if delay > 0 {
 				time.Sleep(delay)
 			}
+			if rate > 0 {
+				time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
+			}
 			if _, werr := pr.client.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if err != nil {
-			return
+			if s = p.redial(pr, s); s == nil {
+				return
+			}
 		}
 	}
 }

@@ -79,6 +79,10 @@ func TestProxyFaults(t *testing.T) {
 		{name: "no fault passes through", fault: func(*Proxy, net.Conn) {}, wantReply: true, wantForwarded: true},
 		{name: "delay holds the reply back", fault: func(p *Proxy, _ net.Conn) { p.SetDelay(150 * time.Millisecond) },
 			wantReply: true, wantForwarded: true, minElapsed: 150 * time.Millisecond},
+		{name: "a rate limit holds a reply back for its size", fault: func(p *Proxy, _ net.Conn) { p.SetRate(30) },
+			wantReply: true, wantForwarded: true, minElapsed: 150 * time.Millisecond}, // "hello\n": 6 bytes at 30/s
+		{name: "dropped request: the server never sees it, the client sees a closed connection",
+			fault: func(p *Proxy, _ net.Conn) { p.SetDropRequests(true) }, wantReply: false, wantForwarded: false},
 		{name: "dropped reply: the request ran, the client sees a closed connection",
 			fault: func(p *Proxy, _ net.Conn) { p.SetDropReplies(true) }, wantReply: false, wantForwarded: true,
 			check: func(t *testing.T, s Stats) {

@@ -43,7 +43,7 @@ func StartCluster(t testing.TB, shards, replicas int) *Cluster {
 		s := &Server{t: t, bin: bin, dir: t.TempDir()}
 		s.args = []string{"--bind", "127.0.0.1", "--save", "", "--dir", s.dir,
 			"--protected-mode", "no", "--daemonize", "no", "--logfile", "redis.log",
-			"--maxmemory-policy", "noeviction", "--appendonly", "no",
+			"--maxmemory-policy", "noeviction", "--repl-backlog-ttl", "0", "--appendonly", "no",
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
 			"--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"}

@@ -38,6 +38,12 @@ type Server struct {
 	// sentinel is the monitor line of a Sentinel (see StartSentinel), or
 	// "" for a plain server.
 	sentinel string
+	// clockLib is the clock library loaded into the server (Options.Clock),
+	// or ""; the clock read clockFake at real time clockReal (Unix ns) and
+	// runs at clockRate (0 before the first SetClock: real).
+	clockLib             string
+	clockReal, clockFake int64
+	clockRate            float64
 }
 
 // Options tune a Server. The zero value runs a server with no persistence.
@@ -47,6 +53,10 @@ type Options struct {
 	AOF bool
 	// Args are extra redis-server arguments, e.g. "--requirepass", "x".
 	Args []string
+	// Clock starts the server with a wall clock that Server.SetClock can
+	// step and speed up or slow down (a library loaded into the process,
+	// built with the C compiler the race detector needs).
+	Clock bool
 }
 
 // Binary returns the path of redis-server. Under -short it skips t when the
@@ -75,13 +85,16 @@ func Start(t testing.TB, opts *Options) *Server {
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
 	s.args = []string{"--bind", "127.0.0.1", "--save", "", "--dir", s.dir,
 		"--protected-mode", "no", "--daemonize", "no", "--logfile", "redis.log",
-		"--maxmemory-policy", "noeviction"}
+		"--maxmemory-policy", "noeviction", "--repl-backlog-ttl", "0"}
 	if opts.AOF {
 		s.args = append(s.args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		s.args = append(s.args, "--appendonly", "no")
 	}
 	s.args = append(s.args, opts.Args...)
+	if opts.Clock {
+		s.clockLib = clockLibrary(t, s.dir)
+	}
 	s.start(t)
 	return s
 }
@@ -177,9 +190,10 @@ func (s *Server) Restart() {
 }
 
 // RestartEmpty kills the server, deletes everything in its data directory
-// but its log (the AOF and any RDB snapshot), and starts it again on the
-// same port: the server comes back answering PING with no data, as a node
-// that lost its disk would.
+// but its log and its clock (Options.Clock) (the AOF and any RDB snapshot),
+// and starts it again on the same port: the server comes back answering
+// PING with no data, as a node that lost its disk would, on the same host
+// clock.
 func (s *Server) RestartEmpty() {
 	s.t.Helper()
 	s.Kill()
@@ -188,7 +202,8 @@ func (s *Server) RestartEmpty() {
 		s.t.Fatalf("redistest: read data directory: %v", err)
 	}
 	for _, e := range entries {
-		if e.Name() == "redis.log" {
+		switch e.Name() {
+		case "redis.log", "clock", "clock.so", "clock.c":
 			continue
 		}
 		if err := os.RemoveAll(s.dir + "/" + e.Name()); err != nil {
@@ -217,6 +232,9 @@ func (s *Server) launch() error {
 	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	if s.clockLib != "" {
+		cmd.Env = s.clockEnv()
+	}
 	if err := s.proc.Launch(cmd, func() error { return ping(s.Addr()) }, 5*time.Millisecond, 5*time.Second); err != nil {
 		return fmt.Errorf("redis-server on port %d: %w: %s", s.port, err, s.logTail())
 	}

@@ -105,3 +105,66 @@ func TestPidIsTheServersProcess(t *testing.T) {
 		t.Fatalf("Pid() = %d after Kill, want 0", got)
 	}
 }
+
+// TestAServersClockMovesAndChangesSpeed: a server started with
+// Options.Clock expires a key early when its clock is stepped past the
+// key's TTL, and its clock runs at the rate SetClock gives.
+func TestAServersClockMovesAndChangesSpeed(t *testing.T) {
+	s := Start(t, &Options{Clock: true})
+	near := func(what string, got, want time.Time) {
+		t.Helper()
+		if d := got.Sub(want); d < -time.Second || d > time.Second {
+			t.Fatalf("%s: the server's clock reads %v, want about %v", what, got, want)
+		}
+	}
+	now, err := s.Time()
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("before any change", now, time.Now())
+	if _, err := s.Do("SET", "k", "v", "PX", "60000"); err != nil {
+		t.Fatal(err)
+	}
+	s.SetClock(70*time.Second, 1)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if out, err := s.Do("PTTL", "k"); err == nil && strings.TrimSpace(out) == "-2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key with 60 s to live did not expire after the clock was stepped 70 s ahead")
+		}
+	}
+	now, err = s.Time()
+	if err != nil {
+		t.Fatal(err)
+	}
+	near("after a 70 s step", now, time.Now().Add(70*time.Second))
+
+	s.SetClock(0, 2)
+	time.Sleep(50 * time.Millisecond) // the change is read within 10 ms
+	from, realFrom := mustTime(t, s), time.Now()
+	for time.Since(realFrom) < time.Second {
+		time.Sleep(50 * time.Millisecond)
+	}
+	to, realTo := mustTime(t, s), time.Now()
+	if fake, real := to.Sub(from), realTo.Sub(realFrom); fake < real*3/2 {
+		t.Fatalf("at rate 2 the server's clock advanced %v in %v of real time; want about twice", fake, real)
+	}
+	s.Restart()
+	if after := mustTime(t, s); after.Before(time.Now().Add(60 * time.Second)) {
+		t.Fatalf("after a restart the server's clock reads %v; want the moved clock kept", after)
+	}
+	s.RestartEmpty()
+	if after := mustTime(t, s); after.Before(time.Now().Add(60 * time.Second)) {
+		t.Fatalf("after an empty restart the server's clock reads %v; want the moved clock kept", after)
+	}
+}
+
+func mustTime(t *testing.T, s *Server) time.Time {
+	t.Helper()
+	tm, err := s.Time()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}

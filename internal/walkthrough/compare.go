@@ -231,7 +231,7 @@ func compareValue(key, shown, actual string, tk *tokens) string {
 			return fmt.Sprintf("%q is not a lease id", actual)
 		}
 		return ""
-	case "expires_at":
+	case "expires_at", "granted_at":
 		if _, err := time.Parse(time.RFC3339Nano, actual); err != nil {
 			return fmt.Sprintf("%q is not a time: %v", actual, err)
 		}

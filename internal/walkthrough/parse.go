@@ -6,7 +6,15 @@
 // A walkthrough is every sh block under one heading, in order, except the
 // blocks that only start something (listed in Skipped with the reason).
 // Any other sh block is run: a new sh block in a document is pasted by the
-// tests whether or not its author thought of them.
+// tests whether or not its author thought of them. A command with a
+// here-document is one step with its text (a script saved to a file).
+//
+// A walkthrough may start background processes (cmd &, with set -m each
+// in a process group of its own, as in a terminal) and kill them: the
+// shell's notices of jobs that ended ("[2]+ Done …", "… Killed …") are not
+// answers. It must stop every process it started: one still running when
+// the paste ends is a failure (and is killed, with its process group).
+// TMPDIR is a directory of the paste's own, removed after it.
 //
 // An answer shown for a command is, in the document's own forms:
 //   - a plain ``` block right after the sh block: the answer of its last
@@ -78,6 +86,8 @@ var Skipped = map[string]string{
 	"docker compose up":       "needs a Docker engine; TestComposeConfigIsValid checks the file and TestDevStack runs scripts/dev-stack",
 	"scripts/dev-stack up":    "TestDevStack runs up, status and down",
 	"lockgate run --gateway ": "./make-report stands for your own command; cmd/lockgate's run tests cover run",
+	"go mod edit -require=github.com/lockgate/lockgate": "run in another module, beside a clone; client's TestTheClientBuildsInAnotherModule runs it",
+	`redis-cli EVAL "$(cat deploy/redis/ready.lua)"`:    "a Redis pod's readiness probe; TestTheReadinessProbeFollowsRecovery runs the script on nodes in each state",
 }
 
 // Fresh lists the walkthroughs (document#heading) whose answers are those
@@ -224,6 +234,10 @@ func skipped(body []string) bool {
 	return true // only comments
 }
 
+// hereDoc is a here-document's operator in a command: <<WORD, <<-WORD,
+// <<'WORD' or <<"WORD".
+var hereDoc = regexp.MustCompile(`<<(-?) *['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?`)
+
 var numbersOnly = regexp.MustCompile(`^[0-9]+( [0-9]+)*$`)
 
 // looksLikeAnswer reports whether a comment's text is an answer rather
@@ -247,7 +261,18 @@ func parseSteps(first int, body []string) []Step {
 			i++
 			cmd += "\n" + body[i]
 		}
-		_, comment := splitComment(cmd)
+		code, comment := splitComment(cmd)
+		// A here-document is part of its command: its lines, to the
+		// delimiter, are text (a script saved to a file), not steps.
+		if m := hereDoc.FindStringSubmatch(code); m != nil {
+			for i+1 < len(body) {
+				i++
+				cmd += "\n" + body[i]
+				if body[i] == m[2] || m[1] == "-" && strings.TrimLeft(body[i], "\t") == m[2] {
+					break
+				}
+			}
+		}
 		s.Command = strings.TrimRight(cmd, " ")
 		if looksLikeAnswer(comment) {
 			s.Shown, s.Inline = comment, true

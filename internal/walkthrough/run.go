@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -97,8 +98,13 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, err
+	}
 	var script strings.Builder
 	script.WriteString("set -e\n")
+	fmt.Fprintf(&script, leftRunning, quote(dir, "left"))
 	if env.RetryNoQuorum {
 		script.WriteString(retryingCurl)
 	}
@@ -114,14 +120,23 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = env.Root
+	// bash leads a process group, so that whatever it started is stopped
+	// with it, also when ctx ends; background jobs of set -m have groups of
+	// their own, which leftRunning stops.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "LOCKGATE_") && k != "PATH" {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
 	cmd.Env = append(cmd.Env, "PATH="+strings.Join(append(env.Path, os.Getenv("PATH")), string(os.PathListSeparator)),
-		"LOCKGATE_URL=http://"+env.Gateway, "WALKTHROUGH_RETRIES="+filepath.Join(dir, "retries"))
+		"LOCKGATE_URL=http://"+env.Gateway, "WALKTHROUGH_RETRIES="+filepath.Join(dir, "retries"), "TMPDIR="+tmp)
 	out, runErr := cmd.CombinedOutput()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what a job left behind
+	}
 
 	retries, _ := os.ReadFile(filepath.Join(dir, "retries"))
 	for _, f := range strings.Fields(string(retries)) {
@@ -139,7 +154,7 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		o, _ := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)+".out"))
 		e, _ := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)+".err"))
 		results[i].Output = strings.ReplaceAll(string(o), "\r", "")
-		results[i].Stderr = string(e)
+		results[i].Stderr = jobNotice.ReplaceAllString(string(e), "")
 		if i+1 < len(stamps) {
 			results[i].Took = time.Duration((stamps[i+1] - stamps[i]) * float64(time.Second))
 		}
@@ -153,8 +168,34 @@ func Run(ctx context.Context, w Walkthrough, env Env) ([]Result, error) {
 		}
 		return results, fmt.Errorf("%s:%d: bash: %v\n%s", w.Doc, w.Line, runErr, out)
 	}
+	if left, _ := os.ReadFile(filepath.Join(dir, "left")); len(left) > 0 {
+		return results, fmt.Errorf("%s:%d: background processes %s were still running when the paste ended (now killed): a walkthrough stops what it starts",
+			w.Doc, w.Line, strings.TrimSpace(string(left)))
+	}
 	return results, nil
 }
+
+// leftRunning, with the path of a file, kills the background jobs still
+// running when the pasted script exits (half a second after it, so that a
+// job just killed is not counted), each with its process group, and
+// writes their process ids to the file.
+const leftRunning = `walkthrough_left() {
+  local p left=
+  # A job just killed may not have ended yet: give it a moment.
+  if [ -n "$(jobs -pr)" ]; then sleep 0.5; fi
+  for p in $(jobs -pr); do
+    left="$left $p"
+    kill -9 -- -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null || true
+  done
+  if [ -n "$left" ]; then echo "$left" >>%s; fi
+}
+trap walkthrough_left EXIT
+`
+
+// jobNotice is a line in which bash reports a background job that ended
+// ("[2]+  Done    sh x", "bash: line 3: 4242 Killed    sh x"): the shell's,
+// not an answer of a command.
+var jobNotice = regexp.MustCompile(`(?m)^(?:bash: (?:line [0-9]+: +)?[0-9]+ +|\[[0-9]+\][+-]? +)(?:Done|Killed|Terminated|Exit [0-9]+|Stopped|Hangup|Interrupt)\b.*(?:\n|$)`)
 
 // quote is the path dir/name as one single-quoted shell word.
 func quote(dir, name string) string {

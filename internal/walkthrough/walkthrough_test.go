@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeDoc(t *testing.T, root, name, text string) {
@@ -193,4 +194,80 @@ func TestANoQuorumAnswerIsRetriedWhenAsked(t *testing.T) {
 	if d := compareStep(res[1], &tokens{pairs: map[string]int64{}}); len(d) == 0 || res[1].Retried != 0 {
 		t.Fatalf("without RetryNoQuorum: retried %d, differences %v", res[1].Retried, d)
 	}
+}
+
+// A here-document is one step with its text, whatever its lines look like;
+// the walkthrough runs the script it saved.
+func TestAHereDocumentIsPartOfItsStep(t *testing.T) {
+	root := t.TempDir()
+	writeDoc(t, root, "README.md", "## Script\n\n```sh\nS=$(mktemp)\ncat >\"$S\" <<'EOF'\n# {\"not\":\"an answer\"}\necho \"{\\\"from\\\":\\\"$1\\\"}\"\n\nexit 0\nEOF\nsh \"$S\" script   # {\"from\":\"script\"}\n```\n")
+	ws, err := Load(root, "README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := ws[0].Steps; len(s) != 3 || !strings.HasSuffix(s[1].Command, "exit 0\nEOF") || s[1].Shown != "" || s[2].Shown != `{"from":"script"}` {
+		t.Fatalf("steps %+v, want the mktemp, the cat with its here-document, and the sh", s)
+	}
+	if _, err := Check(t.Context(), ws[0], func(int) (Env, error) { return Env{Root: root}, nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Background jobs may be started and killed (bash's notices of them are
+// not answers); a job still running when the paste ends is a failure, and
+// is stopped with its process group.
+func TestBackgroundJobs(t *testing.T) {
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name, block string
+		want        string // "" no error, else part of it
+	}{
+		{"killed and waited for", "set -m\nsh -c 'sleep 60' & A=$!\nsh -c 'trap \"exit 0\" TERM; touch ready; sleep 60 & wait' & B=$!\nuntil [ -e ready ]; do sleep 0.01; done\nkill -9 -- -$A\nkill -- -$B; wait $B\necho '{\"a\":1}'   # {\"a\":1}\n", ""},
+		{"without job control", "sh -c 'sleep 60' & A=$!\nkill -9 $A\necho done\n", ""},
+		{"left running", "set -m\nsh -c 'echo $$ >pid.new; mv pid.new pid; sleep 60' >/dev/null & A=$!\nuntil [ -e pid ]; do sleep 0.01; done\n", "were still running when the paste ended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeDoc(t, root, "README.md", "## Jobs\n\n```sh\n"+tc.block+"```\n")
+			ws, err := Load(root, "README.md")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(t.Context(), ws[0], Env{Root: root})
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			for _, r := range res {
+				if d := compareStep(r, &tokens{pairs: map[string]int64{}}); len(d) != 0 {
+					t.Errorf("step %q: %v", r.Step.Command, d)
+				}
+			}
+			if tc.want == "" {
+				return
+			}
+			b, err := os.ReadFile(filepath.Join(root, "pid"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := strings.TrimSpace(string(b))
+			if !stopped(pid) {
+				t.Fatalf("the job left running (pid %s) was not stopped", pid)
+			}
+		})
+	}
+}
+
+// stopped reports whether process pid has ended (gone, or a zombie that
+// no one reaped yet), waiting for it up to 10 s.
+func stopped(pid string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return true
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
 }

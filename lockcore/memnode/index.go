@@ -106,6 +106,7 @@ func (h *byExpiry) Pop() any {
 func (n *Node) add(e *entry) {
 	n.locks[e.name] = e
 	n.names.insert(e)
+	n.indexRW(e)
 	heap.Push(&n.expiry, e)
 	n.startSweeper()
 }
@@ -115,6 +116,7 @@ func (n *Node) drop(e *entry) {
 	delete(n.locks, e.name)
 	n.names.remove(e)
 	heap.Remove(&n.expiry, e.at)
+	n.unindexRW(e)
 }
 
 // expireAt moves e's expiry to t. n.mu must be held.

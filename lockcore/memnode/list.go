@@ -26,12 +26,18 @@ func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) 
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	count = min(max(count, 1), scanStep)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.out(); err != nil { // out of service: its locks may not be all there are
 		return nil, "", err
 	}
+	names, next := n.scan(prefix, cursor, count)
+	return names, next, nil
+}
+
+// scan is a ScanLocks step whatever the node's state. n.mu must be held.
+func (n *Node) scan(prefix, cursor string, count int) ([]string, string) {
+	count = min(max(count, 1), scanStep)
 	now := n.now()
 	e := n.names.from(prefix, true)
 	if cursor >= prefix {
@@ -46,9 +52,9 @@ func (n *Node) ScanLocks(ctx context.Context, prefix, cursor string, count int) 
 		last, e = e.name, e.next[0]
 	}
 	if e == nil || !strings.HasPrefix(e.name, prefix) {
-		return names, "", nil
+		return names, ""
 	}
-	return names, last, nil
+	return names, last
 }
 
 // InspectLocks implements lockcore.Lister.

@@ -41,11 +41,22 @@ type Node struct {
 	watchers map[string]map[*watch]struct{}
 	// acquired are the watches of grants (lockcore.AcquireWatcher).
 	acquired map[string]map[*watch]struct{}
+	// rw indexes the readers-writer holds (entries named
+	// lockcore.RWHoldResource) by lock name, and marks holds the waiting
+	// writers' marks (see rw.go).
+	rw    map[string]map[*entry]struct{}
+	marks map[string]mark
 	// Data-loss state (see lockcore.NodeHealth).
 	initialized, lost, quarantined bool
 	qsince                         time.Time
 	bootAt                         time.Time // MarkInitializing, while not initialized
 	epoch                          string    // see lockcore.NodeHealth.Epoch
+	// What a restart of a majority needs (lockcore.Rejoiner; rejoin.go).
+	rejoin rejoinState
+	// claim is the recovery claim's holder and when it lapses
+	// (lockcore.RecoveryClaimer), kept with the data.
+	claim      string
+	claimUntil time.Time
 	// The sweeper (sweep.go).
 	sweeping, closed bool
 	stop             chan struct{}
@@ -64,6 +75,11 @@ type entry struct {
 	wanted  bool     // an acquisition for another replica was refused
 	next    []*entry // in byName, one per level
 	at      int      // in byExpiry
+	// rwName is the readers-writer lock this entry is a hold of ("" for a
+	// lock), rwExcl its mode and rwLease its lease (see rw.go).
+	rwName  string
+	rwExcl  bool
+	rwLease string
 }
 
 type watch struct{ notify func() }
@@ -86,7 +102,8 @@ var seq atomic.Int64
 // New returns an empty node, in service.
 func New(opts *Options) *Node {
 	n := &Node{locks: map[string]*entry{}, names: newByName(), counters: make([]int64, lockcore.FenceSlots),
-		watchers: map[string]map[*watch]struct{}{}, acquired: map[string]map[*watch]struct{}{}, initialized: true, stop: make(chan struct{})}
+		watchers: map[string]map[*watch]struct{}{}, acquired: map[string]map[*watch]struct{}{}, initialized: true, stop: make(chan struct{}),
+		rw: map[string]map[*entry]struct{}{}, marks: map[string]mark{}}
 	if opts != nil {
 		n.name, n.now = opts.Name, opts.Now
 		for i := range n.counters {
@@ -290,11 +307,16 @@ func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock,
 	if err := n.out(); err != nil {
 		return lockcore.NodeLock{}, err
 	}
+	return n.inspect(resource), nil
+}
+
+// inspect reads a lock whatever the node's state. n.mu must be held.
+func (n *Node) inspect(resource string) lockcore.NodeLock {
 	e := n.live(resource)
 	if e == nil {
-		return lockcore.NodeLock{}, nil
+		return lockcore.NodeLock{}
 	}
-	return lockcore.NodeLock{Found: true, Lease: e.lease, Token: e.token, Owner: e.owner, TTL: e.ttl, Remaining: e.expires.Sub(n.now())}, nil
+	return lockcore.NodeLock{Found: true, Lease: e.lease, Token: e.token, Owner: e.owner, TTL: e.ttl, Remaining: e.expires.Sub(n.now())}
 }
 
 // Ping implements lockcore.Node; an in-memory node always answers.
@@ -354,10 +376,44 @@ func (n *Node) LoseData() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.locks)
+	clear(n.rw)
+	clear(n.marks)
 	n.names, n.expiry = newByName(), nil
 	clear(n.counters)
 	n.initialized, n.quarantined, n.lost = false, false, true
 	n.bootAt, n.epoch = time.Time{}, ""
+	n.claim = ""
+	n.rejoin = rejoinState{proc: n.rejoin.proc + 1, notDurable: n.rejoin.notDurable}
+}
+
+var _ lockcore.RecoveryClaimer = (*Node)(nil)
+
+// ClaimRecovery implements lockcore.RecoveryClaimer on the node's clock.
+func (n *Node) ClaimRecovery(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if n.claim != "" && n.claim != holder && now.Before(n.claimUntil) {
+		return false, nil
+	}
+	n.claim, n.claimUntil = holder, now.Add(ttl)
+	return true, nil
+}
+
+// DropRecoveryClaim implements lockcore.RecoveryClaimer.
+func (n *Node) DropRecoveryClaim(ctx context.Context, holder string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.claim == holder {
+		n.claim = ""
+	}
+	return nil
 }
 
 // Check implements lockcore.Node.
@@ -368,6 +424,10 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	h := lockcore.NodeHealth{Initialized: n.initialized, Lost: n.lost, Quarantined: n.quarantined, Epoch: n.epoch}
+	n.rejoin.report(&h, n.quarantined)
+	if n.lost && n.initialized && n.rejoin.restarted() {
+		h.Reason = "a new server process since its data was last recovered (a restart or a restore)"
+	}
 	if n.quarantined {
 		h.QuarantinedFor = n.now().Sub(n.qsince)
 	}
@@ -384,6 +444,7 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.rejoin.quarantined(n.quarantined && !n.lost)
 	n.quarantined, n.qsince = true, n.now() // see lockcore.Node.Quarantine
 	n.initialized, n.lost, n.epoch = true, false, lockcore.NewLeaseID()
 	return nil
@@ -434,7 +495,10 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	for i, f := range floor {
 		n.counters[i] = max(n.counters[i], f)
 	}
-	n.initialized, n.quarantined, n.lost = true, false, false
+	// A repair decided before this one (on the same epoch) must never
+	// serve the node again: the epoch ends here (rule 7a of lockcore's doc).
+	n.initialized, n.quarantined, n.lost, n.epoch = true, false, false, ""
+	n.rejoin.served()
 	return nil
 }
 

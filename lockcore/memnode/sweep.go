@@ -64,6 +64,7 @@ func (n *Node) expireSome(max int) bool {
 		e := heap.Pop(&n.expiry).(*entry)
 		delete(n.locks, e.name)
 		n.names.remove(e)
+		n.unindexRW(e)
 	}
 	return true
 }

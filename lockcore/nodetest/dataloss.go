@@ -32,6 +32,7 @@ func RunDataLoss(t *testing.T, newNode func(t *testing.T) lockcore.Node, loseDat
 		{"resources of one slot share its counter", s.slotSharesItsCounter},
 		{"the mark of a bootstrap shows on an empty node only, and goes with the data", s.markInitializing},
 		{"a recovering node takes in other nodes' locks, within its epoch", s.adoptLocks},
+		{"one holder at a time claims a node's recovery, and the claim lapses", s.recoveryClaims},
 	} {
 		t.Run(c.name, c.run)
 	}
@@ -86,18 +87,52 @@ func (s lossSuite) quarantineRestartsItsClock(t *testing.T) {
 	if err := n.Quarantine(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := mustCheck(t, n)
-	time.Sleep(200 * time.Millisecond)
-	if err := n.Quarantine(ctx); err != nil {
-		t.Fatal(err)
-	}
-	again := mustCheck(t, n)
-	if !first.Quarantined || !again.Quarantined || again.Lost || again.QuarantinedFor >= first.QuarantinedFor+150*time.Millisecond {
-		t.Fatalf("checks %+v then %+v: want quarantined, its clock started again by the second Quarantine", first, again)
-	}
+	wantClockRestarts(t, n)
 	wantRefused(t, n, "loss-q", lossLease)
 	if _, err := n.Counters(ctx); !errors.Is(err, lockcore.ErrQuarantined) {
 		t.Fatalf("Counters of a quarantined node: %v, want ErrQuarantined", err)
+	}
+}
+
+// wantClockRestarts checks that a Quarantine of n, a quarantined node,
+// starts its quarantine's clock again: a Check right after it reads at most
+// the time the Quarantine and the Check took, as measured here, while the
+// clock read more than that just before. Measured rather than slept for,
+// so that a loaded machine, which stretches the calls, cannot fail it:
+// a round where the calls took longer than the clock had run proves
+// nothing, and the next waits twice as long before its Quarantine.
+func wantClockRestarts(t *testing.T, n lockcore.Node) {
+	t.Helper()
+	ctx := context.Background()
+	// The node's clock counts whole milliseconds: a reading may exceed the
+	// time measured here by one.
+	const resolution = 2 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for ran := 100 * time.Millisecond; ; ran *= 2 {
+		before := mustCheck(t, n)
+		for before.QuarantinedFor < ran && time.Now().Before(deadline) {
+			if !before.Quarantined || before.Lost {
+				t.Fatalf("Check of a quarantined node: %+v; want quarantined, not lost", before)
+			}
+			time.Sleep(ran / 10)
+			before = mustCheck(t, n)
+		}
+		start := time.Now()
+		if err := n.Quarantine(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again := mustCheck(t, n)
+		took := time.Since(start)
+		if !before.Quarantined || !again.Quarantined || again.Lost || again.QuarantinedFor > took+resolution {
+			t.Fatalf("checks %+v, then, %v after a Quarantine began, %+v: want quarantined, its clock started again by that Quarantine",
+				before, took, again)
+		}
+		if before.QuarantinedFor > took+resolution {
+			return // a clock that ran on would have read more than took
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a Quarantine and a Check took %v, more than the quarantine's clock had run (%v), for a minute", took, before.QuarantinedFor)
+		}
 	}
 }
 
@@ -296,6 +331,47 @@ func checkAdopted(t *testing.T, n lockcore.Node, mineToken int64) {
 		}
 		mustRefuse(t, n, lockcore.NodeAcquire{Resource: "adopt-both", Lease: lease, TTL: ttl})
 	}
+}
+
+// recoveryClaims checks lockcore.RecoveryClaimer on a node that implements
+// it (on a lost node: a claim works whatever the node's state): one holder
+// at a time, renewed by its holder, dropped only by its holder, lapsing
+// after its TTL, and gone with the node's data.
+func (s lossSuite) recoveryClaims(t *testing.T) {
+	n := s.newNode(t)
+	c, ok := n.(lockcore.RecoveryClaimer)
+	if !ok {
+		t.Fatalf("%T is no lockcore.RecoveryClaimer", n)
+	}
+	ctx := context.Background()
+	s.loseData(t, n)
+	claim := func(holder string, ttl time.Duration, want bool) {
+		t.Helper()
+		if got, err := c.ClaimRecovery(ctx, holder, ttl); err != nil || got != want {
+			t.Fatalf("ClaimRecovery(%s): %v, %v; want %v", holder, got, err, want)
+		}
+	}
+	claim("a", time.Minute, true)
+	claim("b", time.Minute, false)
+	claim("a", time.Minute, true) // renewed
+	if err := c.DropRecoveryClaim(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	claim("b", time.Minute, false) // b's drop did not remove a's claim
+	if err := c.DropRecoveryClaim(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	claim("b", 100*time.Millisecond, true)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got, err := c.ClaimRecovery(ctx, "a", time.Minute); err == nil && got {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's claim with a 100 ms TTL had not lapsed after 10 s")
+		}
+	}
+	s.loseData(t, n)
+	claim("b", time.Minute, true) // a's claim went with the data
 }
 
 // SameSlot returns two distinct resource names of one fencing slot.

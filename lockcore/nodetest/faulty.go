@@ -321,6 +321,35 @@ func (f *Faulty) Repair(ctx context.Context, floor []int64, epoch string) error 
 	return f.inner.Repair(ctx, floor, epoch)
 }
 
+var _ lockcore.RecoveryClaimer = (*Faulty)(nil)
+
+// ClaimRecovery implements lockcore.RecoveryClaimer by delegating to the
+// wrapped node, after the faults set; a wrapped node that is no
+// RecoveryClaimer grants every claim (each replica then recovers on its
+// own, as without claims).
+func (f *Faulty) ClaimRecovery(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
+	if err := f.fault(ctx); err != nil {
+		return false, err
+	}
+	c, ok := f.inner.(lockcore.RecoveryClaimer)
+	if !ok {
+		return true, nil
+	}
+	return c.ClaimRecovery(ctx, holder, ttl)
+}
+
+// DropRecoveryClaim implements lockcore.RecoveryClaimer as ClaimRecovery
+// does.
+func (f *Faulty) DropRecoveryClaim(ctx context.Context, holder string) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	if c, ok := f.inner.(lockcore.RecoveryClaimer); ok {
+		return c.DropRecoveryClaim(ctx, holder)
+	}
+	return nil
+}
+
 // ErrNotAcquireWatcher is what Faulty.WatchAcquired returns when the node
 // it wraps is not a lockcore.AcquireWatcher.
 var ErrNotAcquireWatcher = errors.New("nodetest: the wrapped node is not a lockcore.AcquireWatcher")
@@ -339,4 +368,65 @@ func (f *Faulty) WatchAcquired(ctx context.Context, resource string, notify func
 		return nil, err
 	}
 	return w.WatchAcquired(ctx, resource, notify)
+}
+
+var _ lockcore.Rejoiner = (*Faulty)(nil)
+
+// Witness implements lockcore.Rejoiner by delegating to the wrapped node,
+// after the faults set; a wrapped node that is no Rejoiner records
+// nothing.
+func (f *Faulty) Witness(ctx context.Context, seen map[string]int64) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	if r, ok := f.inner.(lockcore.Rejoiner); ok {
+		return r.Witness(ctx, seen)
+	}
+	return nil
+}
+
+// Lent implements lockcore.Rejoiner: the wrapped node's view, each read
+// after the faults set; a wrapped node that is no Rejoiner lends nothing
+// (every read fails with lockcore.ErrNotSupported).
+func (f *Faulty) Lent(epoch string) lockcore.LentNode {
+	var inner lockcore.LentNode
+	if r, ok := f.inner.(lockcore.Rejoiner); ok {
+		inner = r.Lent(epoch)
+	}
+	return faultyLent{f, inner}
+}
+
+type faultyLent struct {
+	f     *Faulty
+	inner lockcore.LentNode
+}
+
+func (l faultyLent) ScanLocks(ctx context.Context, prefix, cursor string, count int) ([]string, string, error) {
+	if err := l.f.fault(ctx); err != nil {
+		return nil, "", err
+	}
+	if l.inner == nil {
+		return nil, "", lockcore.ErrNotSupported
+	}
+	return l.inner.ScanLocks(ctx, prefix, cursor, count)
+}
+
+func (l faultyLent) InspectLocks(ctx context.Context, resources []string) ([]lockcore.NodeLock, error) {
+	if err := l.f.fault(ctx); err != nil {
+		return nil, err
+	}
+	if l.inner == nil {
+		return nil, lockcore.ErrNotSupported
+	}
+	return l.inner.InspectLocks(ctx, resources)
+}
+
+func (l faultyLent) Counters(ctx context.Context) ([]int64, error) {
+	if err := l.f.fault(ctx); err != nil {
+		return nil, err
+	}
+	if l.inner == nil {
+		return nil, lockcore.ErrNotSupported
+	}
+	return l.inner.Counters(ctx)
 }

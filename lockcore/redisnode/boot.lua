@@ -2,7 +2,9 @@
 -- a new cluster (lockcore.Node.MarkInitializing).
 -- KEYS[1] meta hash  lockgate:{meta}:node (see check.lua)
 -- ARGV[1] a new epoch: a random id
--- ARGV[2] the run id of the server process being marked
+-- ARGV[2] the server process being marked ("<run id>|<replication id>",
+--         process.go; a Cluster node's set of primaries): a repair serves
+--         only that process (serve.lua)
 -- On an initialized node (init set) it changes nothing and returns ''. On a
 -- node already marked it returns that mark's epoch (gateways that
 -- initialize a cluster together share it). Otherwise it sets qepoch to

@@ -315,7 +315,9 @@ func (c *ClusterNode) evalOnce(ctx context.Context, s *redis.Script, keys []stri
 var scriptSources = func() map[string]string {
 	m := map[string]string{}
 	for _, src := range []string{guardLua + acquireLua, guardLua + extendLua, guardLua + releaseLua,
-		guardLua + handoffLua, guardLua + fenceLua, guardLua + inspectLua, forceLua} {
+		guardLua + handoffLua, guardLua + fenceLua, guardLua + inspectLua, forceLua,
+		guardLua + rwLib + rwAcquireLua, guardLua + rwLib + rwExtendLua, guardLua + rwLib + rwReleaseLua,
+		guardLua + rwLib + rwRaiseLua, guardLua + rwLib + rwInspectLua} {
 		m[redis.NewScript(src).Hash()] = src
 	}
 	return m

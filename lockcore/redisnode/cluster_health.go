@@ -140,6 +140,7 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 	s := c.shard(sh.addr)
 	pipe := s.Pipeline()
 	inf := pipe.Info(ctx, "server", "memory", "replication")
+	cfg := configGets(ctx, pipe)
 	slots := pipe.ClusterSlots(ctx)
 	beat := pipe.HIncrBy(ctx, beatKey(sh.first), "beat", 1)
 	_, _ = pipe.Exec(ctx)
@@ -156,7 +157,7 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 		return p, fmt.Errorf("redisnode: %s has another slot map than the Cluster node that gave it (a failover or a reshard is under way)", sh.addr)
 	}
 	var failed bool
-	if p.refusing, failed = shardVerdict(sh.addr, info, beat.Err()); failed {
+	if p.refusing, failed = shardVerdict(sh.addr, info, cfg(info), beat.Err()); failed {
 		return p, fmt.Errorf("redisnode: %s did not take the check's write: %w", sh.addr, timedOut(ctx, beat.Err()))
 	}
 	return p, nil
@@ -168,14 +169,15 @@ func (c *ClusterNode) probeShard(ctx context.Context, sh clusterShard, fp string
 // reply, CLUSTERDOWN, MOVED, TRYAGAIN, LOADING: the check fails). ASK is
 // not a failure: the beat key has left its slot, which the primary still
 // serves while the slot migrates.
-func shardVerdict(addr, info string, err error) (refusing string, failed bool) {
+func shardVerdict(addr, info string, set nodeSettings, err error) (refusing string, failed bool) {
 	switch {
 	case refusalReason(err) != "":
 		return addr + ": " + refusalReason(err), false
 	case full(info, memoryReserve):
 		return addr + ": out of memory", false
-	case infoString(info, "maxmemory_policy") != "noeviction":
-		return fmt.Sprintf("%s evicts keys (maxmemory-policy %s; lockgate needs noeviction)", addr, infoString(info, "maxmemory_policy")), false
+	}
+	if r, _ := settingsRefusal(set, dataFormat); r != "" {
+		return addr + " " + r, false
 	}
 	return "", err != nil && !redis.HasErrorPrefix(err, "ASK ")
 }
@@ -381,6 +383,19 @@ var clusterScripts = map[string]string{
 
 func scriptText(s *redis.Script) string { return clusterScripts[s.Hash()] }
 
+var _ lockcore.RecoveryClaimer = (*ClusterNode)(nil)
+
+// ClaimRecovery implements lockcore.RecoveryClaimer with claim.lua, on the
+// clock of the shard that serves the record's slot.
+func (c *ClusterNode) ClaimRecovery(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
+	return claimRecovery(ctx, c.cc, holder, ttl)
+}
+
+// DropRecoveryClaim implements lockcore.RecoveryClaimer with claim.lua.
+func (c *ClusterNode) DropRecoveryClaim(ctx context.Context, holder string) error {
+	return dropRecoveryClaim(ctx, c.cc, holder)
+}
+
 // Quarantine implements lockcore.Node for a Cluster. The slots are marked
 // first, each with the quarantine's epoch (cmark.lua: a slot's hash
 // carries the epoch, since a Cluster script cannot read the meta hash in
@@ -466,10 +481,17 @@ func (c *ClusterNode) Counters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// AdoptLocks implements lockcore.Adopter for a Cluster with adopt.lua,
-// whose epoch check reads the lock's slot counter hash (the slot's epoch,
-// see Quarantine) instead of the meta hash.
+// AdoptLocks implements lockcore.Adopter for a Cluster with adopt.lua, one
+// lock a call (the keys of one call must share a Cluster slot), whose epoch
+// check reads the lock's slot counter hash (the slot's epoch, see
+// Quarantine) instead of the meta hash.
 func (c *ClusterNode) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch string) error {
+	locks, holds := splitHeld(locks) // holds: readers-writer holds (rule R6 of lockcore's doc)
+	if len(holds) > 0 {
+		if err := c.adoptHolds(ctx, holds, epoch); err != nil {
+			return err
+		}
+	}
 	if len(locks) == 0 {
 		return nil
 	}
@@ -479,7 +501,7 @@ func (c *ClusterNode) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock,
 	pipe := c.cc.Pipeline()
 	cmds := make([]*redis.Cmd, len(locks))
 	for i, l := range locks {
-		cmds[i] = pipe.EvalSha(ctx, adoptScript.Hash(), []string{lockKey(l.Resource), tokensKey(l.Resource)}, epoch, l.Lease,
+		cmds[i] = pipe.EvalSha(ctx, adoptScript.Hash(), []string{tokensKey(l.Resource), lockKey(l.Resource)}, epoch, l.Lease,
 			strconv.FormatInt(l.Token, 10), l.Owner, ms(l.TTL), ms(max(l.Remaining, time.Millisecond)))
 	}
 	if err := execAll(ctx, pipe); err != nil {
@@ -538,10 +560,10 @@ func (c *ClusterNode) Repair(ctx context.Context, floor []int64, epoch string) e
 	if err != nil {
 		return err
 	}
-	switch served, err := serveScript.Run(ctx, c.cc, []string{metaKey}, epoch, idSet(ids), dataFormat).Int64(); {
+	switch served, err := serveScript.Run(ctx, c.cc, []string{metaKey}, epoch, dataFormat, idSet(ids)).Text(); {
 	case err != nil:
 		return timedOut(ctx, err)
-	case served != 1:
+	case served == "":
 		return lockcore.ErrNodeChanged
 	}
 	after, err := c.procs(ctx)

@@ -53,7 +53,8 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if c.beforeScan != nil {
 		c.beforeScan(i)
 	}
-	keys, next, err := c.shard(shards[i].addr).Scan(ctx, cur, lockPattern(prefix), int64(max(count, 1))).Result()
+	rdb := c.shard(shards[i].addr)
+	keys, next, err := rdb.Scan(ctx, cur, scanPattern(prefix), int64(max(count, 1))).Result()
 	if err != nil {
 		return nil, "", timedOut(ctx, err)
 	}
@@ -64,7 +65,10 @@ func (c *ClusterNode) ScanLocks(ctx context.Context, prefix, cursor string, coun
 	if err != nil {
 		return nil, "", err
 	}
-	names := lockNames(keys, prefix)
+	names, err := holdNames(ctx, rdb, keys, prefix)
+	if err != nil {
+		return nil, "", timedOut(ctx, err)
+	}
 	if after != "" {
 		return names, after + "@0:0", nil // from the first primary again
 	}
@@ -156,6 +160,29 @@ func lockNames(keys []string, prefix string) []string {
 func (c *ClusterNode) InspectLocks(ctx context.Context, resources []string) ([]lockcore.NodeLock, error) {
 	if !c.trusted.Load() {
 		return nil, c.outError()
+	}
+	if locks, holds, lockAt, holdAt := splitHolds(resources); len(holds) > 0 {
+		out := make([]lockcore.NodeLock, len(resources))
+		if len(locks) > 0 {
+			views, err := c.InspectLocks(ctx, locks)
+			if err != nil {
+				return nil, err
+			}
+			for i, v := range views {
+				out[lockAt[i]] = v
+			}
+		}
+		views, err := c.inspectHolds(ctx, holds)
+		if err != nil {
+			return nil, err
+		}
+		if !c.trusted.Load() {
+			return nil, c.outError()
+		}
+		for i, v := range views {
+			out[holdAt[i]] = v
+		}
+		return out, nil
 	}
 	src := scriptSource(inspectScript)
 	if err := c.loadScript(ctx, src); err != nil {

@@ -75,6 +75,18 @@ func TestClusterDataLoss(t *testing.T) {
 		})
 }
 
+func TestClusterRWConformance(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	nodetest.RunRW(t, func(t *testing.T) lockcore.Node { return connectCluster(t, c) },
+		func(t *testing.T, n lockcore.Node) {
+			err := n.(*redisnode.ClusterNode).Client().ForEachMaster(context.Background(),
+				func(ctx context.Context, s *redis.Client) error { return s.FlushAll(ctx).Err() })
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+}
+
 // A shard's failover inside a Cluster node is a new primary process: the
 // node is lost (its record names the old set of primaries) and refuses
 // every lock until it is quarantined and repaired. A reshard between the

@@ -39,7 +39,7 @@ func TestShardVerdict(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			refusing, failed := shardVerdict("a:1", tc.info, tc.err)
+			refusing, failed := shardVerdict("a:1", tc.info, nodeSettings{policy: infoString(tc.info, "maxmemory_policy"), debug: "no", backlogTTL: "0"}, tc.err)
 			if failed != tc.failed || (tc.refusing == "") != (refusing == "") || !strings.Contains(refusing, tc.refusing) {
 				t.Fatalf("shardVerdict = %q, %v; want refusing with %q, failed %v", refusing, failed, tc.refusing, tc.failed)
 			}

@@ -217,3 +217,40 @@ func TestAnEarlierQuarantineDoesNotEndALaterOnesMarking(t *testing.T) {
 		t.Fatalf("the node is in service with %d marked slots, and every check finds it whole: %+v", m, h)
 	}
 }
+
+// TestAQuarantineUnderWayGoesOnWithItsEpoch: gateways that find a
+// quarantine of the node's process still marking its slots (its gateway
+// slow, or several gateways finding the same loss at once) quarantine it
+// too. They must go on with its epoch: each new epoch voided the marks of
+// the one before (mark.lua acts only under the node's epoch), so with
+// three gateways the quarantines replaced each other for seconds before
+// one finished (35 quarantines in 5 s, and 13.8 s before the node served).
+func TestAQuarantineUnderWayGoesOnWithItsEpoch(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	ctx := context.Background()
+	initializeServer(t, srv)
+	first, second := connect(t, srv), connect(t, srv)
+	defer first.Close()
+	defer second.Close()
+	var before, during string
+	first.Client().AddHook(&hooks{pick: slotPipeline, before: func() {
+		before = health(t, srv).Epoch // the first quarantine's, its marks about to go
+		if err := second.Quarantine(ctx); err != nil {
+			t.Error(err)
+		}
+		during = health(t, srv).Epoch
+	}})
+	if err := first.Quarantine(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := health(t, srv)
+	if before == "" || during != before || h.Epoch != before {
+		t.Errorf("epochs: first quarantine %q, after the second %q, at the end %q; want one", before, during, h.Epoch)
+	}
+	if !h.Quarantined || h.Lost {
+		t.Errorf("after both quarantines: %+v, want quarantined, every slot marked", h)
+	}
+	if m := markedSlots(t, first.Client()); m != lockcore.FenceSlots {
+		t.Errorf("%d of %d slots marked", m, lockcore.FenceSlots)
+	}
+}

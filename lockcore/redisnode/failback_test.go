@@ -228,6 +228,10 @@ func freeBacklog(t *testing.T, primary, replica *redistest.Server) {
 	}
 	t.Logf("master_replid %s -> %s", repl, primary.Info("master_replid"))
 	wantNoPromotion(t, primary)
+	// Back to the setting a node needs to serve (see settingsRefusal).
+	if _, err := primary.Do("CONFIG", "SET", "repl-backlog-ttl", "0"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkLost runs a Check and wants the node lost.

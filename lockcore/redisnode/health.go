@@ -39,7 +39,7 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	n.checkMu.Lock()
 	defer n.checkMu.Unlock()
 	conns := n.connsMade()
-	v, info, refusing, err := n.probe(ctx)
+	v, info, set, refusing, err := n.probe(ctx)
 	if err != nil {
 		return lockcore.NodeHealth{}, err
 	}
@@ -48,9 +48,10 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 	}
 	id, proc := processOf(info)
 	n.observed(conns, id, proc)
+	n.durable.Store(set.durable)
 	if refusing == "" {
 		var evicts bool
-		refusing, evicts = settingsRefusal(infoString(info, "maxmemory_policy"), v.format)
+		refusing, evicts = settingsRefusal(set, v.format)
 		if evicts {
 			if err := n.rdb.HDel(ctx, metaKey, "rid").Err(); err != nil {
 				return lockcore.NodeHealth{}, timedOut(ctx, err)
@@ -65,12 +66,22 @@ func (n *Node) Check(ctx context.Context) (lockcore.NodeHealth, error) {
 		return lockcore.NodeHealth{}, err
 	}
 	h := n.noteInitialized(judge(v, id, proc))
+	if n.hideWit.Load() {
+		h.Witnessed = nil
+	}
 	if n.protect != "1" {
 		h = lockcore.NodeHealth{Initialized: true, Epoch: v.epoch}
 	}
 	serving := h.Initialized && !h.Lost && !h.Quarantined
 	if err := n.takeInRepl(ctx, serving, v, id, proc); err != nil {
 		return lockcore.NodeHealth{}, err
+	}
+	if serving {
+		bound, err := n.bind(ctx, proc) // the lock scripts go to this process alone
+		if err != nil {
+			return lockcore.NodeHealth{}, err
+		}
+		serving = bound
 	}
 	n.record(proc, serving, "")
 	return h, nil
@@ -121,21 +132,48 @@ func (n *Node) connsMade() uint64 {
 func (n *Node) observed(conns uint64, id, proc string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.conns == conns && id != "" && replFor(n.connProc, id) {
+	if n.conns == conns && id != "" && (n.connProc == "" || replFor(n.connProc, id)) {
 		n.connProc = proc
 	}
 }
 
+// nodeSettings are the settings of a node that decide whether it may
+// serve: maxmemory-policy (from INFO), and enable-debug-command and
+// repl-backlog-ttl (CONFIG GET; "" when CONFIG is not allowed, as on
+// managed services, which refuse DEBUG and REPLICAOF to their users too);
+// and whether it is durable (rule 8 of lockcore's doc): appendonly on
+// (INFO aof_enabled) with appendfsync always (CONFIG GET), so that it
+// acknowledges no write before it is on disk.
+type nodeSettings struct {
+	policy, debug, backlogTTL string
+	durable                   bool
+}
+
 // settingsRefusal decides whether a node that accepts writes still refuses
-// to serve because of its settings or data: a maxmemory-policy other than
-// noeviction (evicts: the node's recovery record must go too, so that once
-// the policy is fixed it recovers first), or a data format newer than
-// dataFormat. It returns "" when the node may serve. It is a pure
-// function of the INFO field and the record.
-func settingsRefusal(policy string, format int64) (refusing string, evicts bool) {
+// to serve because of its settings or data. It returns "" when the node
+// may serve; it is a pure function of the settings and the record. The
+// settings that let the data change under the same server process, which
+// the record (it names the process) cannot see, refuse:
+//   - a maxmemory-policy other than noeviction (evicts: the node's
+//     recovery record must go too, so that once the policy is fixed it
+//     recovers first);
+//   - DEBUG commands allowed (enable-debug-command other than no): DEBUG
+//     RELOAD loads an older snapshot into the same process;
+//   - a replication backlog that is ever freed (repl-backlog-ttl other
+//     than 0): a failback shows in the replication id only until the
+//     promoted process frees its backlog (see processOf), after which a
+//     node made a replica of an older copy of itself and promoted again
+//     looks as it did.
+//
+// A data format newer than dataFormat refuses too.
+func settingsRefusal(set nodeSettings, format int64) (refusing string, evicts bool) {
 	switch {
-	case policy != "noeviction":
-		return fmt.Sprintf("evicts keys (maxmemory-policy %s; lockgate needs noeviction)", policy), true
+	case set.policy != "noeviction":
+		return fmt.Sprintf("evicts keys (maxmemory-policy %s; lockgate needs noeviction)", set.policy), true
+	case set.debug != "" && set.debug != "no":
+		return fmt.Sprintf("allows DEBUG RELOAD, which replaces its data unseen (enable-debug-command %s; lockgate needs no)", set.debug), false
+	case set.backlogTTL != "" && set.backlogTTL != "0":
+		return fmt.Sprintf("frees its replication backlog, after which a failback goes unseen (repl-backlog-ttl %s; lockgate needs 0: CONFIG SET repl-backlog-ttl 0)", set.backlogTTL), false
 	case format > dataFormat:
 		return fmt.Sprintf("data format %d is newer than this gateway's (%d): a newer lockgate wrote it", format, dataFormat), false
 	}
@@ -161,6 +199,10 @@ type checkReply struct {
 	epoch, rid, qrid, brid  string
 	rrepl                   string
 	format                  int64
+	// What a restart of a majority needs (rule 8; see check.lua).
+	nid, dur string
+	sat      int64
+	wit      map[string]int64
 }
 
 // judge decides what a node's record v means when the server process id
@@ -185,9 +227,9 @@ type checkReply struct {
 // judge is a pure function: every gateway that reads the same record from
 // the same process decides the same.
 func judge(v checkReply, id, proc string) lockcore.NodeHealth {
-	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch}
+	h := lockcore.NodeHealth{Initialized: v.init, Epoch: v.epoch, ID: v.nid, ServedAt: v.sat, Witnessed: v.wit, Durable: v.dur == "1"}
 	if !v.init {
-		judgeEmpty(&h, v, id)
+		judgeEmpty(&h, v, id, proc)
 	} else {
 		judgeInitialized(&h, v, id, proc)
 	}
@@ -195,10 +237,10 @@ func judge(v checkReply, id, proc string) lockcore.NodeHealth {
 }
 
 // judgeEmpty is judge for a node that is not initialized.
-func judgeEmpty(h *lockcore.NodeHealth, v checkReply, id string) {
+func judgeEmpty(h *lockcore.NodeHealth, v checkReply, id, proc string) {
 	switch {
 	case v.boot < 0: // not marked: a new node, or one that lost its data
-	case v.brid != id:
+	case !owns(v.brid, id, proc):
 		h.Lost, h.Reason = true, "a new server process (run id "+id+") since it was marked for initialization, which it lost"
 	default:
 		h.Initializing, h.InitializingFor = true, time.Duration(v.now-v.boot)*time.Millisecond
@@ -208,7 +250,7 @@ func judgeEmpty(h *lockcore.NodeHealth, v checkReply, id string) {
 // judgeInitialized is judge for an initialized node.
 func judgeInitialized(h *lockcore.NodeHealth, v checkReply, id, proc string) {
 	switch {
-	case v.qsince >= 0 && v.qrid == id:
+	case v.qsince >= 0 && owns(v.qrid, id, proc):
 		h.Quarantined, h.QuarantinedFor = true, time.Duration(v.now-v.qsince)*time.Millisecond
 		if !v.qdone {
 			h.Lost, h.Reason = true, "its quarantine began but not every slot is marked yet"
@@ -236,20 +278,22 @@ func (n *Node) record(proc string, trusted bool, refusing string) {
 	defer n.mu.Unlock()
 	n.proc = proc
 	n.refusing = refusing
-	n.trusted.Store(n.protect != "1" || (trusted && n.connProc == proc))
+	n.trusted.Store(n.protect != "1" || (trusted && n.connProc == proc && n.loadedIn == proc))
 }
 
-// probe runs check.lua and INFO server, memory and replication in one
-// round trip, and returns check.lua's reply, INFO's, or why the node
-// refuses writes.
-func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, err error) {
+// probe runs check.lua, INFO server, memory and replication and the
+// CONFIG GETs of nodeSettings in one round trip, and returns check.lua's
+// reply, INFO's, the settings, or why the node refuses writes.
+func (n *Node) probe(ctx context.Context) (v checkReply, info string, set nodeSettings, refusing string, err error) {
 	pipe := n.rdb.Pipeline()
-	chk := pipe.Eval(ctx, checkLua, []string{metaKey})
-	inf := pipe.Info(ctx, "server", "memory", "replication")
+	chk := pipe.Eval(ctx, checkLua, []string{metaKey, witKey})
+	inf := pipe.Info(ctx, "server", "memory", "replication", "persistence")
+	cfg := configGets(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
 	if err := inf.Err(); err != nil {
-		return v, "", "", timedOut(ctx, err)
+		return v, "", set, "", timedOut(ctx, err)
 	}
+	set = cfg(inf.Val())
 	res, err := chk.Result()
 	reason := refusalReason(err)
 	// Hysteresis: a node found full counts as full until its memory is
@@ -263,21 +307,21 @@ func (n *Node) probe(ctx context.Context) (v checkReply, info, refusing string, 
 	n.wasFull.Store(isFull || reason != "")
 	switch {
 	case reason != "":
-		return v, inf.Val(), reason, nil
+		return v, inf.Val(), set, reason, nil
 	case isFull:
-		return v, inf.Val(), "out of memory", nil
+		return v, inf.Val(), set, "out of memory", nil
 	case err != nil:
-		return v, "", "", err
+		return v, "", set, "", err
 	}
 	v, err = parseCheck(res)
-	return v, inf.Val(), "", err
+	return v, inf.Val(), set, "", err
 }
 
 // parseCheck reads check.lua's reply.
 func parseCheck(res any) (checkReply, error) {
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 12 {
-		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 12 values", res)
+	if !ok || len(arr) != 16 {
+		return checkReply{}, fmt.Errorf("redisnode: check.lua replied %v, want 16 values", res)
 	}
 	nums, err := ints(append(arr[:6:6], arr[9]), 7)
 	if err != nil {
@@ -290,7 +334,34 @@ func parseCheck(res any) (checkReply, error) {
 	v.qrid, _ = arr[8].(string)
 	v.brid, _ = arr[10].(string)
 	v.rrepl, _ = arr[11].(string)
+	v.nid, _ = arr[12].(string)
+	v.sat, _ = arr[13].(int64)
+	v.dur, _ = arr[14].(string)
+	if flat, _ := arr[15].([]any); len(flat) > 0 {
+		v.wit = make(map[string]int64, len(flat)/2)
+		for k := 0; k+1 < len(flat); k += 2 {
+			id, _ := flat[k].(string)
+			at, _ := flat[k+1].(string)
+			if x, err := strconv.ParseInt(at, 10, 64); err == nil && id != "" {
+				v.wit[id] = x
+			}
+		}
+	}
 	return v, nil
+}
+
+// configGets queues, on pipe, the CONFIG GETs of nodeSettings (one per
+// setting: Redis before 7 takes one parameter), and returns what reads
+// the settings once pipe ran, given the INFO reply of the same round trip.
+func configGets(ctx context.Context, pipe redis.Pipeliner) func(info string) nodeSettings {
+	debug := pipe.ConfigGet(ctx, "enable-debug-command")
+	ttl := pipe.ConfigGet(ctx, "repl-backlog-ttl")
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	return func(info string) nodeSettings {
+		return nodeSettings{policy: infoString(info, "maxmemory_policy"),
+			debug: debug.Val()["enable-debug-command"], backlogTTL: ttl.Val()["repl-backlog-ttl"],
+			durable: infoString(info, "aof_enabled") == "1" && fsync.Val()["appendfsync"] == "always"}
+	}
 }
 
 // memoryReserve is how close to maxmemory a node may come before it counts
@@ -347,7 +418,8 @@ func refusalReason(err error) string {
 }
 
 // Quarantine implements lockcore.Node: it records the quarantine's start on
-// the node with a new epoch (quarantine.lua), marks every slot's counter
+// the node with a new epoch, or takes the epoch of a quarantine of the same
+// process still marking (quarantine.lua), marks every slot's counter
 // hash (q, mark.lua), then records that every slot is marked (qdone.lua).
 // The marks and the record are made only while the epoch is still this
 // quarantine's: a later quarantine makes its own, and a mark sent late
@@ -359,11 +431,12 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	// The quarantine is for the process that answers now; if another one
 	// runs the script (a restart in between), its check finds the
 	// quarantine not its own and it is quarantined again.
-	info, err := n.rdb.Info(ctx, "server").Result()
+	info, err := n.rdb.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return timedOut(ctx, err)
 	}
-	if err := quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch, infoString(info, "run_id")).Err(); err != nil {
+	_, proc := processOf(info)
+	if epoch, err = quarantineScript.Run(ctx, n.rdb, []string{metaKey}, epoch, proc, "1").Text(); err != nil {
 		return err
 	}
 	if err := markScript.Load(ctx, n.rdb).Err(); err != nil {
@@ -379,45 +452,90 @@ func (n *Node) Quarantine(ctx context.Context) error {
 	return qdoneScript.Run(ctx, n.rdb, []string{metaKey}, epoch).Err()
 }
 
+var _ lockcore.RecoveryClaimer = (*Node)(nil)
+
+// ClaimRecovery implements lockcore.RecoveryClaimer with claim.lua, on the
+// server's clock.
+func (n *Node) ClaimRecovery(ctx context.Context, holder string, ttl time.Duration) (bool, error) {
+	return claimRecovery(ctx, n.rdb, holder, ttl)
+}
+
+// DropRecoveryClaim implements lockcore.RecoveryClaimer with claim.lua.
+func (n *Node) DropRecoveryClaim(ctx context.Context, holder string) error {
+	return dropRecoveryClaim(ctx, n.rdb, holder)
+}
+
+// claimRecovery takes or renews holder's recovery claim through s
+// (claim.lua) and reports whether holder holds it.
+func claimRecovery(ctx context.Context, s redis.Scripter, holder string, ttl time.Duration) (bool, error) {
+	v, err := claimScript.Run(ctx, s, []string{claimKey}, holder, ttl.Milliseconds(), "1").Int()
+	if err != nil {
+		return false, timedOut(ctx, err)
+	}
+	return v == 1, nil
+}
+
+// dropRecoveryClaim removes holder's recovery claim through s, if it is
+// still holder's.
+func dropRecoveryClaim(ctx context.Context, s redis.Scripter, holder string) error {
+	return timedOut(ctx, claimScript.Run(ctx, s, []string{claimKey}, holder, 0, "0").Err())
+}
+
 // MarkInitializing implements lockcore.Node with boot.lua, naming the
 // server process it marks.
 func (n *Node) MarkInitializing(ctx context.Context) (string, error) {
-	info, err := n.rdb.Info(ctx, "server").Result()
+	info, err := n.rdb.Info(ctx, "server", "replication").Result()
 	if err != nil {
 		return "", timedOut(ctx, err)
 	}
-	epoch, err := bootScript.Run(ctx, n.rdb, []string{metaKey}, lockcore.NewLeaseID(), infoString(info, "run_id")).Text()
+	_, proc := processOf(info)
+	epoch, err := bootScript.Run(ctx, n.rdb, []string{metaKey}, lockcore.NewLeaseID(), proc).Text()
 	return epoch, timedOut(ctx, err)
 }
 
-// Counters implements lockcore.Node: one pipelined HMGET per slot. A slot
-// without its counter or marked quarantined fails the whole read with
+// Counters implements lockcore.Node with counters.lua, a bound script
+// (see bound.go), over batches of slots, pipelined: a process no Check of
+// this Node judged answers NOSCRIPT and the read fails. A slot without
+// its counter or marked quarantined fails the whole read with
 // lockcore.ErrQuarantined: such a node must not be a source for a repair.
 func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 	if !n.trusted.Load() {
 		return nil, lockcore.ErrQuarantined
 	}
-	pipe := n.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(slotKeys))
-	for i, k := range slotKeys {
-		cmds[i] = pipe.HMGet(ctx, k, "n", "q")
+	if n.protect != "1" { // unprotected (tests): no check bound the scripts
+		if err := n.rdb.ScriptLoad(ctx, n.sc.countersSrc).Err(); err != nil {
+			return nil, timedOut(ctx, err)
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	const batch = 1024
+	pipe := n.rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for i := 0; i < len(slotKeys); i += batch {
+		cmds = append(cmds, n.sc.counters.EvalSha(ctx, pipe, slotKeys[i:min(i+batch, len(slotKeys))]))
+	}
+	_, err := pipe.Exec(ctx)
+	if n.protect == "1" && isNoScript(err) {
+		n.unjudged()
+		return nil, lockcore.ErrQuarantined
+	}
+	if err != nil {
 		return nil, timedOut(ctx, err)
 	}
-	out := make([]int64, len(cmds))
-	for i, c := range cmds {
-		v := c.Val()
-		if len(v) != 2 || v[1] != nil {
-			return nil, lockcore.ErrQuarantined // quarantined while being read
+	out := make([]int64, 0, len(slotKeys))
+	for _, c := range cmds {
+		vals, err := c.StringSlice()
+		if err != nil {
+			return nil, err
 		}
-		s, ok := v[0].(string)
-		if !ok {
-			return nil, lockcore.ErrQuarantined // the slot is gone: the node lost its data
-		}
-		var err error
-		if out[i], err = strconv.ParseInt(s, 10, 64); err != nil {
-			return nil, fmt.Errorf("redisnode: counter of slot %d is %q: %w", i, s, err)
+		for _, v := range vals {
+			if v == "" || v == "q" {
+				return nil, lockcore.ErrQuarantined // the slot is gone (the node lost its data), or quarantined while being read
+			}
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("redisnode: counter of slot %d is %q: %w", len(out), v, err)
+			}
+			out = append(out, x)
 		}
 	}
 	if !n.trusted.Load() {
@@ -428,9 +546,21 @@ func (n *Node) Counters(ctx context.Context) ([]int64, error) {
 
 var _ lockcore.Adopter = (*Node)(nil)
 
-// AdoptLocks implements lockcore.Adopter with adopt.lua, pipelined, while
-// the node's epoch is epoch.
+// adoptBatch is how many locks one adopt.lua call takes in on a single
+// node: the script's own cost is paid once per batch instead of once per
+// lock, and a call still holds the server for well under a millisecond.
+const adoptBatch = 200
+
+// AdoptLocks implements lockcore.Adopter with adopt.lua, adoptBatch locks a
+// call, the calls pipelined, while the node's epoch is epoch; readers-writer
+// holds (RWHoldResource names) go to adoptrw.lua the same way.
 func (n *Node) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch string) error {
+	locks, holds := splitHeld(locks) // holds: readers-writer holds (rule R6 of lockcore's doc)
+	if len(holds) > 0 {
+		if err := n.adoptHolds(ctx, holds, epoch); err != nil {
+			return err
+		}
+	}
 	if len(locks) == 0 {
 		return nil
 	}
@@ -438,10 +568,9 @@ func (n *Node) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch 
 		return timedOut(ctx, err)
 	}
 	pipe := n.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(locks))
-	for i, l := range locks {
-		cmds[i] = pipe.EvalSha(ctx, adoptScript.Hash(), []string{lockKey(l.Resource), metaKey}, epoch, l.Lease,
-			strconv.FormatInt(l.Token, 10), l.Owner, ms(l.TTL), ms(max(l.Remaining, time.Millisecond)))
+	var cmds []*redis.Cmd
+	for batch := range slices.Chunk(locks, adoptBatch) {
+		cmds = append(cmds, pipe.EvalSha(ctx, adoptScript.Hash(), adoptKeys(metaKey, batch), adoptArgs(epoch, batch)...))
 	}
 	if err := execAll(ctx, pipe); err != nil {
 		return timedOut(ctx, err)
@@ -452,6 +581,29 @@ func (n *Node) AdoptLocks(ctx context.Context, locks []lockcore.HeldLock, epoch 
 		}
 	}
 	return nil
+}
+
+// adoptKeys are adopt.lua's KEYS for locks: epochKey, the hash that holds
+// the node's epoch, then each lock's key.
+func adoptKeys(epochKey string, locks []lockcore.HeldLock) []string {
+	keys := make([]string, 0, 1+len(locks))
+	keys = append(keys, epochKey)
+	for _, l := range locks {
+		keys = append(keys, lockKey(l.Resource))
+	}
+	return keys
+}
+
+// adoptArgs are adopt.lua's ARGV for locks: the epoch, then five per lock.
+// A lock is taken in for at least a millisecond, so that one read as
+// expiring at this instant is not taken in as one without expiry.
+func adoptArgs(epoch string, locks []lockcore.HeldLock) []any {
+	args := make([]any, 0, 1+5*len(locks))
+	args = append(args, epoch)
+	for _, l := range locks {
+		args = append(args, l.Lease, strconv.FormatInt(l.Token, 10), l.Owner, ms(l.TTL), ms(max(l.Remaining, time.Millisecond)))
+	}
+	return args
 }
 
 // ErrQuarantining is what Repair fails with when a quarantine of the node
@@ -494,16 +646,6 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 		return fmt.Errorf("redisnode: repair needs %d counters, got %d", lockcore.FenceSlots, len(floor))
 	}
 	floor = slices.Clone(floor)
-	// The repair is for the process that answers now: every write below
-	// lands on it after this read, and serve.lua names it. A process that
-	// takes over meanwhile is not the one named, and is recovered again.
-	conns := n.connsMade()
-	info, err := n.rdb.Info(ctx, "server", "replication").Result()
-	if err != nil {
-		return timedOut(ctx, err)
-	}
-	id, proc := processOf(info)
-	n.observed(conns, id, proc)
 	if err := n.repairEpoch(ctx, epoch); err != nil {
 		return err
 	}
@@ -514,16 +656,27 @@ func (n *Node) Repair(ctx context.Context, floor []int64, epoch string) error {
 	if err := n.repairSlots(ctx, floor, epoch); err != nil {
 		return err
 	}
-	switch served, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, id, dataFormat, proc).Int64(); {
+	// serve.lua serves only the process the quarantine or mark was made
+	// for, read in the same atomic step (rule 7b), and reports it: a read
+	// over the pool, as a Check's probe is (see observed).
+	conns := n.connsMade()
+	proc, err := serveScript.Run(ctx, n.rdb, []string{metaKey}, epoch, dataFormat, "", lockcore.NewLeaseID()).Text()
+	switch {
 	case err != nil:
-		return err
-	case served != 1:
+		return timedOut(ctx, err)
+	case proc == "":
 		return lockcore.ErrNodeChanged
+	}
+	id, _, _ := strings.Cut(proc, "|")
+	n.observed(conns, id, proc)
+	bound, err := n.bind(ctx, proc)
+	if err != nil {
+		return err
 	}
 	if err := n.unlink(ctx, legacy); err != nil { // folded into the slots above: no longer needed
 		return err
 	}
-	n.served(proc)
+	n.served(proc, bound)
 	return nil
 }
 
@@ -564,12 +717,13 @@ func (n *Node) unlink(ctx context.Context, keys []string) error {
 
 // served records a repair of server process and replication history
 // proc: in service for this gateway at once, unless a connection found
-// another one meanwhile (see onConnect): then only after the next Check.
-func (n *Node) served(proc string) {
+// another one meanwhile (see onConnect), or the lock scripts could not be
+// bound to proc (bound): then only after the next Check.
+func (n *Node) served(proc string, bound bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seenInit = true
-	if n.connProc == proc {
+	if n.connProc == proc && bound {
 		n.proc, n.refusing = proc, ""
 		n.trusted.Store(true)
 	}

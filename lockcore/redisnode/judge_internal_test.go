@@ -1,6 +1,7 @@
 package redisnode
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func TestJudge(t *testing.T) {
 			got := judge(c.v, id, proc)
 			reason := got.Reason
 			got.Reason = ""
-			if got != c.want {
+			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("judge = %+v, want %+v", got, c.want)
 			}
 			if c.want.Lost != (reason != "") || !strings.Contains(reason, c.reason) {
@@ -125,21 +126,25 @@ func TestIsFailbackAndSameProcesses(t *testing.T) {
 
 func TestSettingsRefusal(t *testing.T) {
 	cases := []struct {
-		policy string
+		set    nodeSettings
 		format int64
 		want   string // a word of the refusal, "" for none
 		evicts bool
 	}{
-		{"noeviction", dataFormat, "", false},
-		{"noeviction", dataFormat - 1, "", false},
-		{"noeviction", dataFormat + 1, "data format", false},
-		{"allkeys-lru", dataFormat, "evicts keys", true},
-		{"", dataFormat + 1, "evicts keys", true}, // no policy read: assume the worst
+		{nodeSettings{"noeviction", "no", "0", false}, dataFormat, "", false},
+		{nodeSettings{"noeviction", "", "", false}, dataFormat, "", false}, // CONFIG not allowed: not verified
+		{nodeSettings{"noeviction", "no", "0", false}, dataFormat - 1, "", false},
+		{nodeSettings{"noeviction", "yes", "0", false}, dataFormat, "DEBUG RELOAD", false},
+		{nodeSettings{"noeviction", "local", "0", false}, dataFormat, "DEBUG RELOAD", false},
+		{nodeSettings{"noeviction", "no", "3600", false}, dataFormat, "repl-backlog-ttl 3600", false},
+		{nodeSettings{"noeviction", "no", "0", false}, dataFormat + 1, "data format", false},
+		{nodeSettings{"allkeys-lru", "yes", "3600", false}, dataFormat, "evicts keys", true},
+		{nodeSettings{"", "no", "0", false}, dataFormat + 1, "evicts keys", true}, // no policy read: assume the worst
 	}
 	for _, c := range cases {
-		got, evicts := settingsRefusal(c.policy, c.format)
+		got, evicts := settingsRefusal(c.set, c.format)
 		if (got == "") != (c.want == "") || !strings.Contains(got, c.want) || evicts != c.evicts {
-			t.Errorf("settingsRefusal(%q, %d) = %q, %v; want %q, %v", c.policy, c.format, got, evicts, c.want, c.evicts)
+			t.Errorf("settingsRefusal(%+v, %d) = %q, %v; want %q, %v", c.set, c.format, got, evicts, c.want, c.evicts)
 		}
 	}
 }

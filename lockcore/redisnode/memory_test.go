@@ -107,6 +107,14 @@ func TestMemoryIsBoundedByWhatIsHeld(t *testing.T) {
 	if err := rl.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
+	for i, s := range srvs { // the record of what the guard saw of the others (rule 8): one key
+		if !poll(10*time.Second, func() bool {
+			v, err := s.Do("EXISTS", "lockgate:{meta}:wit")
+			return err == nil && strings.TrimSpace(v) == "1"
+		}) {
+			t.Fatalf("node %d: no witness key", i)
+		}
+	}
 	before := memStats(t, srvs)
 	start := time.Now()
 	err := parallel(names, func(i int) error {

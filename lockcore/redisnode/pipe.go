@@ -98,6 +98,10 @@ type pipe struct {
 	stop    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+	// evalOnNoScript sends a call that found no script (NOSCRIPT) again
+	// with EVAL; off (a protected Node's bound scripts, see bound.go), such
+	// a call fails with errUnjudged.
+	evalOnNoScript atomic.Bool
 }
 
 func newPipe(rdb *redis.Client) *pipe {
@@ -148,6 +152,9 @@ func (p *pipe) do(ctx context.Context, s *redis.Script, keys []string, args []an
 	select {
 	case p.slots <- struct{}{}: // free only when no worker waits for one
 		defer func() { <-p.slots }()
+		if !p.evalOnNoScript.Load() {
+			return s.EvalSha(ctx, p.rdb, keys, args...).Result()
+		}
 		return s.Run(ctx, p.rdb, keys, args...).Result()
 	default:
 	}
@@ -236,6 +243,14 @@ func (p *pipe) exec(batch []*call, cmds []*redis.Cmd) {
 	cmds = p.send(ctx, live, cmds, false)
 	again := answerSent(live, cmds)
 	if len(again) == 0 {
+		return
+	}
+	if !p.evalOnNoScript.Load() {
+		// Bound scripts (bound.go): the process lacks them, and no
+		// check judged it; they did not run.
+		for _, c := range again {
+			c.finish(nil, errUnjudged)
+		}
 		return
 	}
 	// The script cache was flushed (or the server restarted): EVAL runs

@@ -252,12 +252,14 @@ func TestEveryCallEndsByItsDeadline(t *testing.T) {
 	}
 }
 
-// A NOSCRIPT reply means the script did not run: such calls are sent again
-// with EVAL, in one pipeline. After SCRIPT FLUSH, with the server paused,
-// every slot is taken by an Inspect and 28 acquisitions wait in the pipe;
-// when the server resumes, the Inspects load their script with EVAL, and
-// the acquisitions go in one pipeline that finds no script.
-func TestScriptsRunAfterTheScriptCacheIsFlushed(t *testing.T) {
+// A NOSCRIPT reply means the script did not run. A protected node's lock
+// scripts are bound to the processes its checks judged (bound.go), so
+// after SCRIPT FLUSH its calls, sent alone or pipelined, run nothing and
+// fail as out of service (no EVAL is sent), until a Check loads the
+// scripts again. With the server paused, every slot is taken by an
+// Inspect and 28 acquisitions wait in the pipe, so that both paths meet
+// NOSCRIPT when it resumes.
+func TestAFlushedScriptCacheStopsTheNodeUntilACheck(t *testing.T) {
 	srv := redistest.Start(t, nil)
 	n := newNode(t, srv)
 	warm(t, n)
@@ -283,22 +285,26 @@ func TestScriptsRunAfterTheScriptCacheIsFlushed(t *testing.T) {
 	waitUntil(t, "every call in the pipe", func() bool { return goroutines.Count("", inPipe) == redisnode.PipeWorkers+calls })
 	srv.Resume()
 	for range redisnode.PipeWorkers {
-		if err := <-inspects; err != nil {
-			t.Fatalf("inspect: %v", err)
+		if err := <-inspects; !errors.Is(err, lockcore.ErrQuarantined) {
+			t.Fatalf("inspect after SCRIPT FLUSH: %v, want ErrQuarantined", err)
 		}
 	}
 	for range calls {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if err := <-errs; !errors.Is(err, lockcore.ErrQuarantined) {
+			t.Fatalf("acquire after SCRIPT FLUSH: %v, want ErrQuarantined", err)
 		}
 	}
-	got := commandCalls(t, rdb, "eval") - evals
-	t.Logf("%d Inspects and %d acquisitions after SCRIPT FLUSH: %d EVALs", redisnode.PipeWorkers, calls, got)
-	if got <= redisnode.PipeWorkers {
-		t.Fatalf("%d EVALs: no acquisition met NOSCRIPT, the test did not test the fallback", got)
+	if got := commandCalls(t, rdb, "eval") - evals; got != 0 {
+		t.Fatalf("%d EVALs after SCRIPT FLUSH: a script ran on a process no check bound it to", got)
+	}
+	if keys := rdb.Keys(ctx, "lockgate:{flushed-*}:lock").Val(); len(keys) != 0 {
+		t.Fatalf("locks taken after SCRIPT FLUSH: %v", keys)
+	}
+	if _, err := n.Check(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if err := grantNew(ctx, n, "flushed-after"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("after a Check: %v", err)
 	}
 }
 

@@ -57,6 +57,23 @@ func sameProcesses(rec, cur string) bool {
 	return true
 }
 
+// owns reports whether owner, the process a quarantine (qrid) or a
+// bootstrap mark (brid) was made for, is the server process id found with
+// the replication history proc: the same history, or none found (it made
+// or freed its backlog since: see processOf), or only its run id recorded
+// (a record of a gateway before the history was kept). For a Cluster node
+// id is the set of primaries and proc is "": the sets must be equal.
+// serve.lua applies the same rule to the process that runs it.
+func owns(owner, id, proc string) bool {
+	switch {
+	case owner == "":
+		return false
+	case owner == id, proc != "" && owner == proc:
+		return true
+	}
+	return proc == id+"|" && replFor(owner, id)
+}
+
 // replFor reports whether a record's rrepl names the replication history
 // of server process id (see check.lua): a gateway before rrepl existed
 // writes none, and leaves that of an earlier process when it recovers the

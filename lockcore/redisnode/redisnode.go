@@ -19,7 +19,12 @@
 //   - lockgate:{meta}:node, the node's record (see check.lua): the server
 //     process its data was last recovered for, its quarantine, its
 //     bootstrap mark and the data format;
-//   - lockgate:{resource}:released, the pub/sub channel of releases.
+//   - lockgate:{meta}:recovery, the gateway replica that claims the node's
+//     recovery (claim.lua, lockcore.RecoveryClaimer), expiring;
+//   - lockgate:{resource}:released, the pub/sub channel of releases;
+//   - lockgate:{name}:rw, a readers-writer lock: its holds and a waiting
+//     writer's mark, in one hash that expires with its latest field (see
+//     rwlib.lua and rw.go).
 //
 // Every lock script starts with guard.lua: a slot whose counter is missing
 // (the node restarted empty, or was never initialized) or marked quarantined
@@ -143,6 +148,9 @@ var (
 	//go:embed rrepl.lua
 	rreplLua    string
 	rreplScript = redis.NewScript(rreplLua)
+	//go:embed claim.lua
+	claimLua    string
+	claimScript = redis.NewScript(claimLua)
 )
 
 func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body) }
@@ -173,6 +181,13 @@ func tokensKey(resource string) string { return slotKeys[lockcore.FenceSlot(reso
 // metaKey is the node's heartbeat and quarantine record (see check.lua).
 const metaKey = "lockgate:{meta}:node"
 
+// witKey is the node's witness hash (check.lua, witness.lua): what
+// gateways saw of the other nodes while they found both in service.
+const witKey = "lockgate:{meta}:wit"
+
+// claimKey holds the recovery claim (claim.lua), in the record's slot.
+const claimKey = "lockgate:{meta}:recovery"
+
 // outReply is the first reply value of a script that found the node out of
 // service (see guard.lua).
 const outReply = -9
@@ -197,6 +212,11 @@ type Node struct {
 	// wasFull is true while the last Check found the node full or refusing
 	// writes (see probe).
 	wasFull atomic.Bool
+	// durable is what the last Check found of the node's persistence
+	// (nodeSettings.durable), for Witness.
+	durable atomic.Bool
+	// hideWit: see HideWitnesses (tests only).
+	hideWit atomic.Bool
 
 	pipe *pipe // batches the lock scripts; nil: each runs on its own (benchmarks)
 
@@ -215,6 +235,11 @@ type Node struct {
 	// the demotions seen (see demoted).
 	connProc string
 	conns    uint64
+	// sc are this Node's lock scripts, and loadedIn the server process they
+	// were last loaded into by a Check or Repair that judged it (see
+	// bound.go); "" since a lock script met a process without them.
+	sc       lockScripts
+	loadedIn string
 	// seenInit is set once a Check found the node initialized.
 	seenInit bool
 }
@@ -246,7 +271,17 @@ func New(rawURL string) (*Node, error) { return newNode(rawURL, true) }
 func (n *Node) Unprotect(unprotected.Key) {
 	n.protect = "0"
 	n.trusted.Store(true)
+	if n.pipe != nil {
+		n.pipe.evalOnNoScript.Store(true)
+	}
 }
+
+// HideWitnesses makes the node's Checks report no Witnessed (rule 8 of
+// lockcore's doc): with every node so, no node's witness contradicts
+// another's data, and a node back from an older copy during a restart of
+// a majority is taken for one back from a restart. For the tests that
+// show what the witnesses catch; the Key keeps it inside this module.
+func (n *Node) HideWitnesses(unprotected.Key) { n.hideWit.Store(true) }
 
 // Unprotected reports whether Unprotect was called (internal/unprotected.Node).
 func (n *Node) Unprotected(unprotected.Key) bool { return n.protect != "1" }
@@ -261,7 +296,7 @@ func newNode(rawURL string, pipelined bool) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis URL: %w", err)
 	}
-	n := &Node{name: opt.Addr, protect: "1"}
+	n := &Node{name: opt.Addr, protect: "1", sc: newLockScripts(lockcore.NewLeaseID())}
 	// Timeouts come from each call's context (lockcore bounds every node
 	// call).
 	opt.ContextTimeoutEnabled = true
@@ -400,7 +435,7 @@ func statusReply(v []int64) lockcore.NodeReply {
 
 // Acquire implements lockcore.Node with acquire.lua.
 func (n *Node) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, acquireScript, n.lockKeys(req.Resource), 2,
+	v, err := n.run(ctx, n.sc.acquire, n.lockKeys(req.Resource), 2,
 		req.Lease, ms(req.TTL), req.Owner, req.Replica, waits(req.Waits))
 	if err != nil {
 		return lockcore.NodeReply{}, err
@@ -422,7 +457,7 @@ func (n *Node) lockKeys(resource string) []string {
 
 // Extend implements lockcore.Node with extend.lua.
 func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Duration, ifToken int64) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, extendScript, n.lockKeys(resource), 2, lease, ms(ttl), ifToken)
+	v, err := n.run(ctx, n.sc.extend, n.lockKeys(resource), 2, lease, ms(ttl), ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -432,7 +467,7 @@ func (n *Node) Extend(ctx context.Context, resource, lease string, ttl time.Dura
 // Release implements lockcore.Node with release.lua.
 func (n *Node) Release(ctx context.Context, resource, lease string, ifToken int64) (lockcore.NodeReply, error) {
 	keys := []string{lockKey(resource), tokensKey(resource)}
-	v, err := n.run(ctx, releaseScript, keys, 2, lease, ifToken)
+	v, err := n.run(ctx, n.sc.release, keys, 2, lease, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, err
 	}
@@ -451,7 +486,7 @@ func releaseReply(v []int64) lockcore.NodeReply {
 func (n *Node) HandOff(ctx context.Context, lease string, ifToken int64, next lockcore.NodeAcquire) (released, granted lockcore.NodeReply, err error) {
 	r := next.Resource
 	keys := []string{lockKey(r), tokensKey(r)}
-	v, err := n.run(ctx, handoffScript, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
+	v, err := n.run(ctx, n.sc.handoff, keys, 5, lease, next.Lease, ms(next.TTL), next.Owner, next.Replica, ifToken)
 	if err != nil {
 		return lockcore.NodeReply{}, lockcore.NodeReply{}, err
 	}
@@ -496,13 +531,19 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, args ..
 	}
 	var res any
 	var err error
-	if n.pipe != nil {
+	switch {
+	case n.pipe != nil:
 		res, err = n.pipe.do(ctx, s, keys, args)
-	} else {
+	case n.protect == "1":
+		res, err = s.EvalSha(ctx, n.rdb, keys, args...).Result() // bound: see bound.go
+	default:
 		res, err = s.Run(ctx, n.rdb, keys, args...).Result()
 	}
 	if n.protect == "1" && redis.HasErrorPrefix(err, "READONLY") {
 		n.demoted()
+	}
+	if n.protect == "1" && isNoScript(err) {
+		n.unjudged()
 	}
 	if !n.trusted.Load() {
 		return nil, n.outError()
@@ -547,13 +588,13 @@ func timedOut(ctx context.Context, err error) error {
 
 // RaiseFence implements lockcore.Node with fence.lua.
 func (n *Node) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
-	_, err := n.run(ctx, fenceScript, n.lockKeys(resource), 2, strconv.FormatInt(token, 10), lease)
+	_, err := n.run(ctx, n.sc.fence, n.lockKeys(resource), 2, strconv.FormatInt(token, 10), lease)
 	return err
 }
 
 // Inspect implements lockcore.Node with inspect.lua.
 func (n *Node) Inspect(ctx context.Context, resource string) (lockcore.NodeLock, error) {
-	res, err := n.eval(ctx, inspectScript, n.lockKeys(resource))
+	res, err := n.eval(ctx, n.sc.inspect, n.lockKeys(resource))
 	if err != nil {
 		return lockcore.NodeLock{}, err
 	}

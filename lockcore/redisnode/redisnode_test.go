@@ -63,6 +63,16 @@ func TestDataLoss(t *testing.T) {
 		})
 }
 
+func TestRWConformance(t *testing.T) {
+	srv := redistest.Start(t, nil)
+	nodetest.RunRW(t, func(t *testing.T) lockcore.Node { return connect(t, srv) },
+		func(t *testing.T, n lockcore.Node) {
+			if err := n.(*redisnode.Node).Client().FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+}
+
 // A node whose server is gone (its host still up) refuses connections: that
 // is an answer, and it must come at once, not after a retry back-off, or a
 // dead minority node would slow every acquisition down (it did: 10 to 30 ms
@@ -241,4 +251,16 @@ func TestAWatchHearsOfAReleaseMissedWhileItsConnectionWasDown(t *testing.T) {
 			t.Fatalf("round %d: the watch never heard of the release made while its connection was down", round)
 		}
 	}
+}
+
+// TestRejoin: the conformance suite of rule 8's record, on redis-servers
+// on appendfsync always, each restarted by killing it.
+func TestRejoin(t *testing.T) {
+	servers := map[lockcore.Node]*redistest.Server{}
+	nodetest.RunRejoin(t, func(t *testing.T) lockcore.Node {
+		srv := redistest.Start(t, &redistest.Options{AOF: true})
+		n := connect(t, srv)
+		servers[n] = srv
+		return n
+	}, func(t *testing.T, n lockcore.Node) { servers[n].Restart() })
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lockcore"
 )
 
 // ParseSentinelURL reads a node URL of the form
@@ -70,7 +72,8 @@ func newSentinelNode(rawURL string, pipelined bool) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisnode: bad Redis Sentinel URL: %w", err)
 	}
-	n := &Node{name: "sentinel:" + fo.MasterName + "@" + fo.SentinelAddrs[0], protect: "1"}
+	n := &Node{name: "sentinel:" + fo.MasterName + "@" + fo.SentinelAddrs[0], protect: "1",
+		sc: newLockScripts(lockcore.NewLeaseID())}
 	fo.ContextTimeoutEnabled = true
 	fo.MaxRetries = -1
 	fo.DialerRetries = 1

@@ -49,12 +49,17 @@ func (c cutOff) RaiseFence(ctx context.Context, resource, lease string, token in
 
 // gatewayCutOff is a gateway whose link to node 1 is down while cut is set.
 func gatewayCutOff(t *testing.T, srvs []*redistest.Server, opts *lockcore.Options, cut *atomic.Bool) *lockcore.Redlock {
-	return gatewayWith(t, srvs, opts, func(i int, n *redisnode.Node) lockcore.Node {
+	return gatewayWith(t, srvs, opts, cutNode1(cut))
+}
+
+// cutNode1 wraps node 1 so that its lock calls fail while cut is set.
+func cutNode1(cut *atomic.Bool) func(int, *redisnode.Node) lockcore.Node {
+	return func(i int, n *redisnode.Node) lockcore.Node {
 		if i == 1 {
 			return cutOff{n, cut}
 		}
 		return n
-	})
+	}
 }
 
 // holdThenFlush takes and releases lock r three times through b (token 3

@@ -83,3 +83,68 @@ func TestTheGeneratedClientDrivesTheGateway(t *testing.T) {
 		t.Fatalf("inspect after release: %v %d %s", err, gone.StatusCode(), gone.Body)
 	}
 }
+
+// The generated client takes two readers' holds on a readers-writer lock,
+// meets a 409 for a writer and a 409 mode-held for an upgrade, reads the
+// readers, extends and releases, then takes the writer's hold.
+func TestTheGeneratedClientDrivesReadersWriterLocks(t *testing.T) {
+	locker, err := lockcore.New([]lockcore.Node{memnode.New(nil)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(locker.Close)
+	h, err := handlers.New(locker, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, err := lockgateapi.NewClientWithResponses(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	shared := lockgateapi.RWAcquireRequest{Mode: ptr(lockgateapi.RWAcquireRequestModeShared), TtlMs: ptr[int64](10000), Owner: ptr("generated")}
+	var readers []lockgateapi.RWLease
+	for range 2 {
+		got, err := c.AcquireRWLockWithResponse(ctx, "gen-table", nil, shared)
+		if err != nil || got.StatusCode() != http.StatusCreated || got.JSON201 == nil || got.Headers201 == nil {
+			t.Fatalf("reader: %v %d %s", err, got.StatusCode(), got.Body)
+		}
+		if l := got.JSON201; l.Mode == nil || *l.Mode != lockgateapi.RWLeaseModeShared || l.FencingToken < 1 {
+			t.Fatalf("reader: %+v", l)
+		}
+		readers = append(readers, *got.JSON201)
+	}
+	taken, err := c.AcquireRWLockWithResponse(ctx, "gen-table", nil, lockgateapi.RWAcquireRequest{})
+	if err != nil || taken.StatusCode() != http.StatusConflict || taken.ApplicationproblemJSON409 == nil ||
+		taken.ApplicationproblemJSON409.Type != "urn:lockgate:problem:lock-taken" {
+		t.Fatalf("writer beside readers: %v %d %s", err, taken.StatusCode(), taken.Body)
+	}
+	up, err := c.AcquireRWLockWithResponse(ctx, "gen-table", &lockgateapi.AcquireRWLockParams{LeaseId: &readers[0].LeaseId},
+		lockgateapi.RWAcquireRequest{Mode: ptr(lockgateapi.RWAcquireRequestModeExclusive)})
+	if err != nil || up.StatusCode() != http.StatusConflict || up.ApplicationproblemJSON409 == nil ||
+		up.ApplicationproblemJSON409.Type != "urn:lockgate:problem:mode-held" {
+		t.Fatalf("upgrade: %v %d %s", err, up.StatusCode(), up.Body)
+	}
+	info, err := c.InspectRWLockWithResponse(ctx, "gen-table")
+	if err != nil || info.StatusCode() != http.StatusOK || info.JSON200 == nil || len(info.JSON200.Holders) != 2 ||
+		info.JSON200.Mode != lockgateapi.RWLockInfoModeShared {
+		t.Fatalf("inspect: %v %d %s", err, info.StatusCode(), info.Body)
+	}
+	ext, err := c.ExtendRWLockWithResponse(ctx, "gen-table", &lockgateapi.ExtendRWLockParams{LeaseId: readers[0].LeaseId},
+		lockgateapi.ExtendRequest{TtlMs: ptr[int64](20000)})
+	if err != nil || ext.StatusCode() != http.StatusOK || ext.JSON200 == nil || ext.JSON200.TtlMs != 20000 {
+		t.Fatalf("extend: %v %d %s", err, ext.StatusCode(), ext.Body)
+	}
+	for _, r := range readers {
+		rel, err := c.ReleaseRWLockWithResponse(ctx, "gen-table", &lockgateapi.ReleaseRWLockParams{LeaseId: r.LeaseId})
+		if err != nil || rel.StatusCode() != http.StatusNoContent {
+			t.Fatalf("release: %v %d %s", err, rel.StatusCode(), rel.Body)
+		}
+	}
+	w, err := c.AcquireRWLockWithResponse(ctx, "gen-table", nil, lockgateapi.RWAcquireRequest{})
+	if err != nil || w.StatusCode() != http.StatusCreated || w.JSON201 == nil || w.JSON201.FencingToken <= readers[1].FencingToken {
+		t.Fatalf("writer: %v %d %s", err, w.StatusCode(), w.Body)
+	}
+}

@@ -20,8 +20,14 @@ const DefaultGraceMin = 500 * time.Microsecond
 type Config struct {
 	Nodes  int // how many nodes every call goes to
 	Quorum int // how many answers that are not failures set the grace
-	// Timeout bounds each node call (rule 8).
+	// Timeout bounds each node call (rule 8) while the nodes answer
+	// quickly, and always when MaxTimeout is not above it.
 	Timeout time.Duration
+	// MaxTimeout bounds each node call whatever the nodes' latency (rule
+	// 8): a call's timeout follows the answer times of the nodes, from
+	// Timeout up to MaxTimeout. 0, or any value not above Timeout, means
+	// no adaptation: Timeout alone.
+	MaxTimeout time.Duration
 	// GraceMin is the least grace (rule 2); 0 means DefaultGraceMin.
 	GraceMin time.Duration
 	// Kept is how many goroutines are kept for node calls (rule 10); 0
@@ -39,6 +45,8 @@ type Config struct {
 type Group struct {
 	cfg     Config
 	pace    pace
+	lat     latency
+	adapts  bool // MaxTimeout is above Timeout: lat is kept (rule 8)
 	callers *callers
 	graces  atomic.Int64 // calls that waited a grace
 }
@@ -51,8 +59,10 @@ func New(cfg Config) *Group {
 	if cfg.Spawn == nil {
 		cfg.Spawn = func(f func()) { go f() }
 	}
-	g := &Group{cfg: cfg, callers: newCallers(cfg.Kept)}
+	g := &Group{cfg: cfg, callers: newCallers(cfg.Kept), adapts: cfg.MaxTimeout > cfg.Timeout}
 	g.pace.nodes = make([]atomic.Uint64, cfg.Nodes)
+	g.lat.epoch = time.Now()
+	g.lat.nodes = make([]atomic.Uint64, cfg.Nodes)
 	return g
 }
 
@@ -67,6 +77,41 @@ func (g *Group) Behind(i int) bool { return g.pace.behind(i) }
 
 // Missed returns how many graces in a row node i has missed (at most 3).
 func (g *Group) Missed(i int) int { return g.pace.missed(i) }
+
+// Timeout returns the timeout a call made now gives its node calls (rule
+// 8): between Config.Timeout and Config.MaxTimeout.
+func (g *Group) Timeout() time.Duration { return g.timeoutAt(time.Now()) }
+
+// Estimate returns node i's latency estimate now (rule 8): 0 when the
+// Group does not adapt its timeout.
+func (g *Group) Estimate(i int) time.Duration { return g.lat.estimate(i, time.Now()) }
+
+// timeoutAt is the timeout of a call made at t (rule 8).
+func (g *Group) timeoutAt(t time.Time) time.Duration {
+	if !g.adapts {
+		return g.cfg.Timeout
+	}
+	var inline [8]time.Duration
+	ests := inline[:0]
+	if len(g.lat.nodes) > len(inline) {
+		ests = make([]time.Duration, 0, len(g.lat.nodes))
+	}
+	for i := range g.lat.nodes {
+		ests = append(ests, g.lat.estimate(i, t))
+	}
+	return callTimeout(ests, g.cfg.Quorum, g.cfg.Timeout, g.cfg.MaxTimeout)
+}
+
+// observe adds to node i's estimate the sample that its answer, which
+// came at at, gives (rule 8).
+func (g *Group) observe(i int, began, at, deadline time.Time, failed, canceled bool) {
+	if !g.adapts {
+		return
+	}
+	if d, ok := sample(began, at, deadline, failed, canceled); ok {
+		g.lat.observe(i, d, at)
+	}
+}
 
 // Graces returns how many calls have waited a grace for a node.
 func (g *Group) Graces() int64 { return g.graces.Load() }
@@ -89,13 +134,18 @@ type Call[A Answer] struct {
 	isHeard []bool
 	n       int    // answers heard
 	seq     uint64 // the call's number in pace
-	phase   phase
-	timing  timing
-	ranOut  bool // the grace expired: every node unheard then was judged late
-	ch      chan reply[A]
-	decided atomic.Bool // Rest was called: the caller no longer cancels the calls
-	cancel  context.CancelFunc
-	unlink  func() bool // stops the link from the caller's context
+	// deadline is when the node calls' contexts end (rule 8).
+	deadline time.Time
+	phase    phase
+	timing   timing
+	ranOut   bool // the grace expired: every node unheard then was judged late
+	ch       chan reply[A]
+	decided  atomic.Bool // Rest was called: the caller no longer cancels the calls
+	// left is set before the caller's leaving cancels the calls (rule 7):
+	// their failures then say nothing of the nodes' latency.
+	left   atomic.Bool
+	cancel context.CancelFunc
+	unlink func() bool // stops the link from the caller's context
 	// inline holds answers and isHeard for up to 5 nodes, so that they
 	// need no allocation of their own.
 	inline struct {
@@ -139,14 +189,17 @@ func Run[A Answer](ctx context.Context, g *Group, unheard []A, call func(ctx con
 	}
 	copy(c.answers, unheard)
 	c.ch = make(chan reply[A], n)
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline(ctx, g.cfg.Timeout))
+	c.deadline = callDeadline(ctx, c.timing.began, g.timeoutAt(c.timing.began))
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), c.deadline)
 	c.cancel = cancel
 	if errors.Is(ctx.Err(), context.Canceled) {
+		c.left.Store(true)
 		cancel() // no call of a caller that has left starts
 	}
 	c.unlink = context.AfterFunc(ctx, func() {
 		// A deadline needs no cancel: the calls' own is no later.
 		if !c.decided.Load() && errors.Is(ctx.Err(), context.Canceled) {
+			c.left.Store(true)
 			cancel()
 		}
 	})
@@ -168,10 +221,10 @@ func All[A Answer](ctx context.Context, g *Group, unheard []A, call func(ctx con
 	return c.answers
 }
 
-// callDeadline is the deadline of a call's node calls: timeout from now,
-// or ctx's deadline if sooner (rule 8).
-func callDeadline(ctx context.Context, timeout time.Duration) time.Time {
-	deadline := time.Now().Add(timeout)
+// callDeadline is the deadline of the node calls of a call made at now:
+// timeout from now, or ctx's deadline if sooner (rule 8).
+func callDeadline(ctx context.Context, now time.Time, timeout time.Duration) time.Time {
+	deadline := now.Add(timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
@@ -255,10 +308,12 @@ func (c *Call[A]) expire() {
 	}
 }
 
-// hear records an answer; timed, it also judges it (rule 5).
+// hear records an answer and adds it to the node's latency (rule 8);
+// timed, it also judges it (rule 5).
 func (c *Call[A]) hear(r reply[A], timed bool) {
 	c.answers[r.i], c.isHeard[r.i] = r.a, true
 	c.n++
+	c.g.observe(r.i, c.timing.began, r.at, c.deadline, r.a.Failed(), c.left.Load())
 	if !timed {
 		return
 	}
@@ -297,9 +352,12 @@ func (c *Call[A]) Rest(late func(A), after func()) {
 	}
 	pending := len(c.answers) - c.n
 	graceEnd, ranOut := c.timing.end, c.ranOut
+	began, deadline := c.timing.began, c.deadline
 	c.g.cfg.Spawn(func() {
 		for range pending {
 			r := <-c.ch
+			// left is final: Rest has ended the caller's cancel (rule 7).
+			c.g.observe(r.i, began, r.at, deadline, r.a.Failed(), c.left.Load())
 			if judged, inTime := judgeLate(r.at, graceEnd, ranOut); judged {
 				c.g.pace.judge(r.i, c.seq, inTime)
 			}

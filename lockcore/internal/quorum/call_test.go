@@ -27,6 +27,9 @@ type fakes struct {
 	fail  map[int]error
 	ctxs  []context.Context // the last call's context, by node
 	left  int               // calls whose context had ended when they began
+	// slow is how long every node takes to answer, unless its context
+	// ends first (then it answers the context's error).
+	slow time.Duration
 }
 
 func newFakes(n int) *fakes {
@@ -62,12 +65,21 @@ func (f *fakes) pass(i int) {
 
 func (f *fakes) call(ctx context.Context, i int) ans {
 	f.mu.Lock()
-	g, err := f.gates[i], f.fail[i]
+	g, err, slow := f.gates[i], f.fail[i], f.slow
 	f.ctxs[i] = ctx
 	if ctx.Err() != nil {
 		f.left++
 	}
 	f.mu.Unlock()
+	if slow > 0 {
+		t := time.NewTimer(slow)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ans{node: i, err: ctx.Err()}
+		}
+	}
 	if g != nil {
 		select {
 		case <-g:
@@ -90,6 +102,9 @@ type group struct {
 	*Group
 	unheard []ans
 	bg      sync.WaitGroup
+	// decidedWithout is, by call of calls, a node the call returned
+	// without (-1: none).
+	decidedWithout []int
 }
 
 func newGroup(t *testing.T, graceMin time.Duration) *group {

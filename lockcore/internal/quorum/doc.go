@@ -1,7 +1,8 @@
 // Package quorum is one call over n nodes in parallel, decided before
 // every node has answered: the fan-out, the grace for the nodes still to
 // answer, the pace that remembers which nodes are too slow to wait for,
-// the goroutines kept for the node calls, and the late answers.
+// the timeout that follows the nodes' latency, the goroutines kept for the
+// node calls, and the late answers.
 //
 // # What it needs, what it gives
 //
@@ -28,6 +29,25 @@
 //	                                                       answer missed it; stop
 //	grace   otherwise                                      read the next answer or the
 //	                                                       end of the grace
+//
+// # A node's estimate and the timeout (rule 8)
+//
+// Each answer updates its node's estimate (sample, then estimate.sampled);
+// each call reads the estimates once, as of its start (callTimeout):
+//
+//	answer                                   sample
+//	not a failure                            the time it came after the call began
+//	a failure                                the call's deadline after its start
+//	a failure, the caller having left        none
+//
+//	estimate e as of the sample, sample d    estimate becomes
+//	d ≥ e                                    d
+//	d < e                                    e, halving every halfLife from then
+//
+//	the quorum-th smallest estimate q        timeout
+//	k·q ≤ Timeout                            Timeout
+//	Timeout < k·q < MaxTimeout               k·q
+//	k·q ≥ MaxTimeout                         MaxTimeout
 //
 // # The rules
 //
@@ -63,14 +83,36 @@
 //     context once the caller has left). Once Rest is called, the calls
 //     still running are no longer tied to the caller: they run to their
 //     own deadline, so that their answers can be acted on.
-//  8. Deadline. Each node call is bounded by Timeout from the start of the
-//     call, or by the caller's deadline if sooner.
+//  8. Deadline. Each node call is bounded, from the start of the call, by
+//     the call's timeout, or by the caller's deadline if sooner. The
+//     timeout follows the latency the nodes show: k (timeoutFactor, 3)
+//     times the quorum-th smallest of the nodes' estimates, never below
+//     Timeout nor above MaxTimeout (callTimeout; MaxTimeout not above
+//     Timeout: Timeout alone). A node's estimate is a decaying maximum of
+//     its samples: it rises at once to a larger sample and halves every
+//     halfLife (2 s) since it was set (estimate.sampled). Every answer is
+//     a sample, whether read by the call, after it in Rest, or by All: an
+//     answer counts as the time it came after the call began; a failure, the
+//     time the node was given (censored: no answer came within it),
+//     except when the caller's leaving canceled the call (rule 7), which
+//     says nothing of the node. The quorum-th smallest, so that a slow,
+//     hung or failing minority never raises the timeout: its calls end at
+//     the timeout the quorum sets, as with a fixed one; while a machine
+//     too busy to schedule the calls promptly, which slows every node,
+//     raises it, and calls that a quorum answers slowly succeed. A
+//     majority that fails or hangs raises it to MaxTimeout within a few
+//     calls (each failure a sample of the whole timeout): such calls fail
+//     after MaxTimeout rather than Timeout, the cost of the bound.
 //  9. The rest. Rest passes each answer still to come, in the order they
 //     come, to the late function on one goroutine (started by
 //     Config.Spawn), then calls after; a complete call passes nothing.
 //  10. Kept goroutines. Node calls run on goroutines kept between calls, at
 //     most MaxKept of them (see callers); with MaxKept 0 each call has a
 //     goroutine of its own.
+//
+// Why the timeout adapts: a fixed bound right for a slow or dead node is
+// wrong when every node is alive and the answers wait for a busy CPU;
+// calls then fail for want of a quorum although every node answers.
 //
 // Why a grace, and why pace: without a grace, late answers come with
 // nearly every call, and the rare paths that act on them become routine;

@@ -91,6 +91,10 @@ type Outcome[L any] struct {
 	End    End
 	Lease  L             // Handed
 	FreeIn time.Duration // RanOut: the holder's time left, as last learnt
+	// Queued is how long the request stood in its queue, from joining it
+	// to the end of the wait, by Config.Clock; 0 when it never joined (a
+	// first try or a refresh ended the wait, or the room refused it).
+	Queued time.Duration
 }
 
 // Room is one replica's waiting room: the queues of waiters, per resource.
@@ -190,11 +194,14 @@ func (r *Room[Q, L]) Wait(ctx context.Context, req Request[Q]) Outcome[L] {
 		}
 		holderExpires = r.cfg.Clock.Now().Add(res.FreeIn)
 	}
+	joined := r.cfg.Clock.Now()
 	w, end := r.join(ctx, req, deadline, holderExpires)
 	if end != Tried {
 		return Outcome[L]{End: end}
 	}
-	return r.serve(ctx, w)
+	out := r.serve(ctx, w)
+	out.Queued = r.cfg.Clock.Now().Sub(joined)
+	return out
 }
 
 // join adds a waiter at the tail of its queue, creating the queue (and
