@@ -3,6 +3,7 @@ package lockcore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -226,12 +227,15 @@ func (g *guard) claimed(ctx context.Context, i int, run func(context.Context) er
 		}
 	}()
 	err = run(rctx)
+	// Before stop: rctx ends early only when the renewal found the claim
+	// taken over, or when ctx ends.
+	taken := rctx.Err() != nil && ctx.Err() == nil
 	stop()
 	<-renewed
 	dctx, cancel := context.WithTimeout(g.ctx, pageTimeout)
 	_ = c.DropRecoveryClaim(dctx, g.r.id)
 	cancel()
-	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+	if err != nil && taken {
 		return 0 // another replica took the recovery over: look again
 	}
 	g.failed(ctx, i, "recover", err)
@@ -353,19 +357,29 @@ func (s *takenIn) fresh(p page) []HeldLock {
 // different orders, so pages cannot be merged). recoverFrom fails when an
 // adoption does (ErrNodeChanged: the node was quarantined again or lost
 // its data), and stops early once too few sources are left to make
-// need.
+// need. When fewer than need were read and a source changed while it was
+// read (ErrNodeChanged: a lender put in service, or a source quarantined),
+// it fails with that error, so that the guard looks again at once rather
+// than reporting node i as failing.
 func (g *guard) recoverFrom(ctx context.Context, i int, src []int, epoch string, need int, open func(j int) source) (floor []int64, read int, err error) {
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan page, pagesAhead)
 	counters := make([][]int64, len(src))
 	var failed atomic.Int64
+	var gaveUp atomic.Bool            // too few sources left: the readers ended ctx
+	var changed atomic.Pointer[error] // a source's ErrNodeChanged
 	var wg sync.WaitGroup
 	for k, j := range src {
 		wg.Go(func() {
 			c, err := readSource(ctx, open(j), pages)
 			if err != nil {
+				if errors.Is(err, ErrNodeChanged) {
+					changed.CompareAndSwap(nil, &err)
+				}
 				if len(src)-int(failed.Add(1)) < need {
+					gaveUp.Store(true)
 					cancel()
 				}
 				return
@@ -377,7 +391,8 @@ func (g *guard) recoverFrom(ctx context.Context, i int, src []int, epoch string,
 		wg.Wait()
 		close(pages)
 	}()
-	if err := adoptPages(ctx, cancel, g.nodes[i].(Adopter), epoch, pages); err != nil {
+	if err := adoptPages(ctx, cancel, g.nodes[i].(Adopter), epoch, pages); err != nil &&
+		!(gaveUp.Load() && parent.Err() == nil && errors.Is(err, context.Canceled)) {
 		return nil, 0, err
 	}
 	floor = make([]int64, FenceSlots)
@@ -389,6 +404,9 @@ func (g *guard) recoverFrom(ctx context.Context, i int, src []int, epoch string,
 			floor[s] = max(floor[s], v)
 		}
 		read++
+	}
+	if e := changed.Load(); e != nil && read < need {
+		return nil, read, fmt.Errorf("lockcore: a recovery source changed while it was read: %w", *e)
 	}
 	return floor, read, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +68,47 @@ func TestARecoveryNeedsAllButAMinorityOfTheOthers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sourceless is an in-memory node whose counters cannot be read while
+// fail is set, as a recovery source that answers its checks but not the
+// recovery's reads.
+type sourceless struct {
+	*memnode.Node
+	fail *atomic.Bool
+}
+
+func (s sourceless) Counters(ctx context.Context) ([]int64, error) {
+	if s.fail.Load() {
+		return nil, errors.New("counters unreadable")
+	}
+	return s.Node.Counters(ctx)
+}
+
+// TestARecoveryThatFailsSaysWhy: a recovery run under its claim that
+// cannot read the sources it needs reports the node as failing to recover,
+// with the reason, and is tried again at the guard's interval; a failure
+// is not taken for another replica's claim on the recovery.
+func TestARecoveryThatFailsSaysWhy(t *testing.T) {
+	var fail atomic.Bool
+	mems := make([]*memnode.Node, 3)
+	nodes := make([]lockcore.Node, 3)
+	for i := range mems {
+		mems[i] = memnode.New(nil)
+		nodes[i] = sourceless{mems[i], &fail}
+	}
+	rl, err := lockcore.New(nodes, &lockcore.Options{CheckInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	nodetest.MustAcquire(t, rl, lockcore.AcquireRequest{Resource: "r", TTL: time.Minute})
+	fail.Store(true)
+	mems[0].LoseData()
+	eventually(t, "node 0, whose sources cannot be read, reported failing to recover", func() bool {
+		st := rl.NodeReports()[0]
+		return st.State == lockcore.NodeUnreachable && strings.Contains(st.Reason, "recovery read 0 of the 2")
+	})
+	fail.Store(false)
+	eventually(t, "node 0 serving once its sources answer", func() bool { return rl.NodeReports()[0].State == lockcore.NodeServing })
 }

@@ -199,3 +199,36 @@ func TestARestoreDuringAMajorityRestartIsCaught(t *testing.T) {
 		})
 	}
 }
+
+// TestAMajorityRestartIsNeverReportedUnreachable (rule 8): in one pass
+// the first node to recover puts itself in service, which ends the
+// quarantine the next node's recovery reads it through. That read's
+// failure means the source changed, not that the recovering node failed:
+// the guard looks again at once, and no node is reported unreachable
+// while the cluster comes back.
+func TestAMajorityRestartIsNeverReportedUnreachable(t *testing.T) {
+	for run := range 5 {
+		rl, mems, _ := rejoinCluster(t)
+		restarted := time.Now()
+		for _, m := range mems {
+			m.Restart()
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			all := true
+			for i, st := range rl.NodeReports() {
+				if st.State == lockcore.NodeUnreachable {
+					t.Fatalf("run %d: node %d reported unreachable during the restart: %+v", run, i, st)
+				}
+				all = all && st.State == lockcore.NodeServing && st.Since.After(restarted)
+			}
+			if all {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: not back in service within 2 s: %+v", run, rl.NodeReports())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}

@@ -190,7 +190,13 @@ func TestRestoresDuringAMajorityRestartAreCaught(t *testing.T) {
 					s.Restart()
 				}
 			}
-			l, took := grantedWithin(rl, "after-the-copies", 3*time.Second)
+			// No second holder within 3 s is the check; where one is
+			// expected, it may take longer than that on a loaded machine.
+			within := 3 * time.Second
+			if tc.second {
+				within = 15 * time.Second
+			}
+			l, took := grantedWithin(rl, "after-the-copies", within)
 			if got := l != nil; got != tc.second {
 				t.Fatalf("a second lease got the lock held by the first (token %d): %v (after %v), want %v; nodes %+v",
 					first.Token, got, took, tc.second, rl.NodeReports())
