@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func RunSets(t *testing.T, newNodes func(t *testing.T) []lockcore.Node) {
 		{"a refused set leaves no member held", s.refusedLeavesNothing},
 		{"a waiting set keeps the members it holds past their TTL until the last is granted", s.waitKeeps},
 		{"a set granted after a wait has its members' validity from its last grant", s.validityFromLast},
+		{"a waiting set is served before single-lock waiters that came after it", s.fairness},
 		{"two sets that overlap, queued in opposite orders, are both granted", s.overlap},
 		{"an extend that finds a member lost releases the rest of the set", s.extendLost},
 		{"a gateway that stops mid-set leaves its members held at most their TTL", s.crash},
@@ -239,6 +241,67 @@ func (s *setSuite) validityFromLast(t *testing.T) {
 	}
 	if set.Validity > set.Members[0].Validity && set.Validity > set.Members[1].Validity {
 		t.Fatalf("validity %v above every member's (%v, %v)", set.Validity, set.Members[0].Validity, set.Members[1].Validity)
+	}
+}
+
+func (s *setSuite) fairness(t *testing.T) {
+	rl := s.redlock(t, s.newNodes(t))
+	ctx := context.Background()
+	m := s.names(t, 2)
+	holder, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: m[1], TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(n int) {
+		for deadline := time.Now().Add(5 * time.Second); rl.Waiting() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters, want %d", rl.Waiting(), n)
+			}
+		}
+	}
+	type answer struct {
+		what  string
+		token int64
+		err   error
+	}
+	order := make(chan answer, 4)
+	go func() {
+		set, err := rl.AcquireSet(ctx, lockcore.SetAcquireRequest{Resources: m, TTL: time.Minute, Wait: 10 * time.Second})
+		if err != nil {
+			order <- answer{"set", 0, err}
+			return
+		}
+		order <- answer{"set", set.Members[1].Token, nil}
+		_ = rl.ReleaseSet(ctx, lockcore.SetReleaseRequest{Resources: m, LeaseID: set.ID})
+	}()
+	waitFor(1)
+	const singles = 3
+	for i := range singles {
+		go func() {
+			l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: m[1], TTL: time.Minute, Wait: 10 * time.Second})
+			if err != nil {
+				order <- answer{"single", 0, err}
+				return
+			}
+			order <- answer{"single", l.Token, nil}
+			_ = rl.Release(ctx, lockcore.ReleaseRequest{Resource: m[1], LeaseID: l.ID})
+		}()
+		waitFor(2 + i)
+	}
+	if err := rl.Release(ctx, lockcore.ReleaseRequest{Resource: m[1], LeaseID: holder.ID}); err != nil {
+		t.Fatal(err)
+	}
+	var got []answer
+	for range singles + 1 {
+		a := <-order
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.what, a.err)
+		}
+		got = append(got, a)
+	}
+	slices.SortFunc(got, func(a, b answer) int { return int(a.token - b.token) })
+	if got[0].what != "set" {
+		t.Fatalf("%s was served first (grants in token order: %+v); the set queued first", got[0].what, got)
 	}
 }
 
