@@ -19,6 +19,13 @@ import (
 	"github.com/lockgate/lockgate/lockcore/memnode"
 )
 
+// setGateway is defaultGateway with a node timeout that a loaded machine
+// (-race, tests in parallel) does not miss: these tests take several
+// locks per request.
+func setGateway(t *testing.T) *gateway {
+	return newGateway(t, memNodes(3, nil), &lockcore.Options{NodeTimeout: 200 * time.Millisecond, MinTTL: 400 * time.Millisecond}, nil)
+}
+
 func (r response) lockSet(t *testing.T, status int) api.LockSet {
 	t.Helper()
 	if r.Status != status {
@@ -52,7 +59,7 @@ func (r response) lockSetInfo(t *testing.T) api.LockSetInfo {
 // members are the locks /locks/{member}.
 func TestLockSets(t *testing.T) {
 	t.Parallel()
-	g := defaultGateway(t)
+	g := setGateway(t)
 	s := g.do(t, PUT, "/locksets/c,a,b", `{"ttl_ms":30000,"owner":"batch"}`).lockSet(t, http.StatusCreated)
 	if s.Resources != "a,b,c" || len(s.Members) != 3 || s.Members[0].Resource != "a" || s.Members[2].Resource != "c" ||
 		s.ValidityMs <= 0 || s.ValidityMs > 30000 || s.TTLms != 30000 {
@@ -114,7 +121,7 @@ func TestLockSets(t *testing.T) {
 // the set's other members.
 func TestALostLockSetIsReleasedWhole(t *testing.T) {
 	t.Parallel()
-	g := defaultGateway(t)
+	g := setGateway(t)
 	rl := g.locker
 	s := g.do(t, PUT, "/locksets/p,q", "").lockSet(t, http.StatusCreated)
 	if _, err := rl.ForceRelease(context.Background(), "q"); err != nil {
@@ -131,7 +138,7 @@ func TestALostLockSetIsReleasedWhole(t *testing.T) {
 // released.
 func TestLockSetWaits(t *testing.T) {
 	t.Parallel()
-	g := defaultGateway(t)
+	g := setGateway(t)
 	srv := g.serve(t, nil)
 	l := wantLease(t, g.do(t, PUT, "/locks/w2", ""), http.StatusCreated, "w2")
 	waiter := sendAsync(context.Background(), srv, PUT, "/locksets/w1,w2,w3", `{"ttl_ms":30000,"wait_ms":60000}`)
@@ -157,7 +164,7 @@ func TestLockSetWaits(t *testing.T) {
 
 func TestLockSetsRefuseBadInput(t *testing.T) {
 	t.Parallel()
-	g := defaultGateway(t)
+	g := setGateway(t)
 	lease := []string{api.HeaderLeaseID, leaseA}
 	many := make([]string, 65)
 	for i := range many {
