@@ -198,9 +198,9 @@ func TestLockSetsRefuseBadInput(t *testing.T) {
 			}
 		})
 	}
-	// A member that breaks the name rule is named by its place.
+	// A member that breaks the name rule is told so, not the pattern.
 	p := wantProblem(t, g.do(t, PUT, "/locksets/a,,b", ""), http.StatusBadRequest, api.ProblemInvalid)
-	if want := "resources: member 2 must be 1 to 200 characters of A-Z a-z 0-9 . _ - : (it is empty)"; p.Detail != want || p.Field != "resources" {
+	if want := "resources: each member must be 1 to 200 characters of A-Z a-z 0-9 . _ - : (it is empty)"; p.Detail != want || p.Field != "resources" {
 		t.Errorf("detail %q, want %q", p.Detail, want)
 	}
 }
