@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,5 +67,35 @@ func TestRunSet(t *testing.T) {
 	}
 	if a := g.do(t, http.MethodGet, "/locksets/orders,invoices,shipping", ""); a.status != http.StatusNotFound {
 		t.Fatalf("after both commands: GET %d %s, want 404 (sets released)", a.status, a.body)
+	}
+}
+
+// The largest set, 64 names of 200 characters (a path of 12,873 bytes),
+// fits the default -max-header-bytes (16384) with a bearer token of 4096
+// characters beside it, and is taken and released through the gateway.
+func TestTheLargestLockSetFitsTheDefaultHeaderLimit(t *testing.T) {
+	g, _ := clientGateway(t)
+	members := make([]string, 64)
+	for i := range members {
+		members[i] = fmt.Sprintf("%03d", i) + strings.Repeat("m", 197)
+	}
+	path := "/locksets/" + strings.Join(members, ",")
+	// No -auth-file: the token is ignored, but its bytes count against the limit.
+	bearer := "Bearer " + strings.Repeat("t", 4096)
+	a := g.do(t, http.MethodPut, path, "", "Authorization", bearer)
+	if a.status != http.StatusCreated {
+		t.Fatalf("PUT of %d path bytes: %d %.300s", len(path), a.status, a.body)
+	}
+	var set struct {
+		LeaseID string `json:"lease_id"`
+		Members []struct {
+			FencingToken int64 `json:"fencing_token"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &set); err != nil || len(set.Members) != 64 {
+		t.Fatalf("answer: %v, %d members", err, len(set.Members))
+	}
+	if a := g.do(t, http.MethodDelete, path, "", "Authorization", bearer, "Lease-Id", set.LeaseID); a.status != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", a.status, a.body)
 	}
 }
