@@ -561,8 +561,12 @@
 //	    wait in a cycle, Ai for member mi held by Ai+1 (Ak+1 = A1). Ai+1
 //	    holds mi and waits for mi+1, which comes after every member it
 //	    holds, so mi < mi+1 for every i, and m1 < m1: there is no such
-//	    cycle. A plain lock's holder waits for nothing while it holds
-//	    (inside the gateway). TestSetsTakenOutOfOrderDeadlock takes two
+//	    cycle. Queues add edges too: a set behind another in mi's queue
+//	    waits for it; that one waits for mi as well, so along any chain
+//	    of waits the member waited for never goes down, and a cycle
+//	    would keep it equal, inside one queue, whose order is strict
+//	    and whose member's holder is in no queue for it. A plain lock's
+//	    holder waits for nothing while it holds (inside the gateway). TestSetsTakenOutOfOrderDeadlock takes two
 //	    sets in the order asked, {b, a} and {a, b}: they wait for each
 //	    other until the first one's wait runs out (nodetest's
 //	    OverlappingSets, which the canonical order passes).
