@@ -574,9 +574,14 @@
 //	    When a member cannot be had (still held after the wait, no
 //	    quorum, the caller gone, the Redlock closing), every member this
 //	    request took is released before the answer (a release hands the
-//	    member to this replica's next waiter; a release a node did not
-//	    answer is sent again in the background, as for an abandoned
-//	    lease), and the refusal names the member. A member the lease held
+//	    member to this replica's next waiter), and the refusal names the
+//	    member. For a lease id the gateway minted, a release a node did
+//	    not answer is sent again in the background until it answers, as
+//	    for an abandoned lease (TestASetRefusedByFailedNodesIsUndoneWhenTheyAreBack:
+//	    released 66 ms after the nodes came back; with one release only,
+//	    still held 5 s later, its TTL a minute); a lease id the client
+//	    chose may be in use by its retry, so those copies expire with
+//	    their TTL. A member the lease held
 //	    before the request (it re-entered: a retry) is left as Acquire
 //	    leaves it. Without the undo, a refused set leaves its first
 //	    members held (RunSets' "a refused set leaves no member held").

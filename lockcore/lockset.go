@@ -262,9 +262,10 @@ func (r *Redlock) finishSet(ctx context.Context, req SetAcquireRequest, held []*
 // undoSet releases the members a set request took (rule S3), all at once,
 // and returns when each release has been answered. A member the lease
 // held before the request (it re-entered) is left as it was, as Acquire
-// leaves it: the caller may count on its earlier answer. A member whose
-// release a node did not answer is released again in the background (see
-// releaseAbandoned); one that cannot be released expires with its TTL.
+// leaves it: the caller may count on its earlier answer. For a minted
+// lease id, a member whose release a node did not answer is released
+// again in the background (see releaseAbandoned); otherwise it expires
+// with its TTL.
 func (r *Redlock) undoSet(held []*Lease) {
 	var wg sync.WaitGroup
 	for _, l := range held {

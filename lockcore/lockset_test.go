@@ -99,3 +99,48 @@ func TestOverlappingSetsUnderLoad(t *testing.T) {
 		return rl.AcquireSet(ctx, req)
 	}, d)
 }
+
+// A set refused because nodes failed (no quorum for its second member)
+// undoes its first member on the nodes it reaches; the members left on
+// nodes that did not answer are released again once they are back, for a
+// lease the gateway minted, long before their TTL (rule S3).
+func TestASetRefusedByFailedNodesIsUndoneWhenTheyAreBack(t *testing.T) {
+	rl, fs := faultyCluster(t, 3)
+	ctx := context.Background()
+	down := func(err error) {
+		fs[1].SetDown(err)
+		fs[2].SetDown(err)
+	}
+	for _, f := range fs {
+		f.SetBeforeAcquire(func(req lockcore.NodeAcquire) {
+			if req.Resource == "undo-b" {
+				down(errOff) // nodes 1 and 2 fail from the set's second member on
+			}
+		})
+	}
+	_, err := rl.AcquireSet(ctx, lockcore.SetAcquireRequest{Resources: []string{"undo-a", "undo-b"}, TTL: time.Minute})
+	if serr, ok := errors.AsType[*lockcore.SetError](err); !ok || serr.Resource != "undo-b" || !errors.Is(err, lockcore.ErrNoQuorum) {
+		t.Fatalf("a set whose second member finds no quorum: %v", err)
+	}
+	for _, f := range fs {
+		f.SetBeforeAcquire(nil)
+	}
+	// undo-a is still held on nodes 1 and 2, a quorum, that did not hear
+	// the undo.
+	if l, err := fs[1].Inner().Inspect(ctx, "undo-a"); err != nil || !l.Found {
+		t.Fatalf("node 1 lost undo-a without hearing the undo: %+v, %v", l, err)
+	}
+	down(nil)
+	back := time.Now()
+	for {
+		_, err := rl.Inspect(ctx, "undo-a")
+		if errors.Is(err, lockcore.ErrNotHeld) {
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("undo-a still held (%v) 5 s after the nodes came back; its TTL is a minute", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("undo-a released %v after the nodes came back", time.Since(back).Round(time.Millisecond))
+}
