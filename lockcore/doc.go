@@ -566,10 +566,13 @@
 //	    of waits the member waited for never goes down, and a cycle
 //	    would keep it equal, inside one queue, whose order is strict
 //	    and whose member's holder is in no queue for it. A plain lock's
-//	    holder waits for nothing while it holds (inside the gateway). TestSetsTakenOutOfOrderDeadlock takes two
-//	    sets in the order asked, {b, a} and {a, b}: they wait for each
-//	    other until the first one's wait runs out (nodetest's
-//	    OverlappingSets, which the canonical order passes).
+//	    holder waits for nothing while it holds (inside the gateway).
+//	    TestSetsTakenOutOfOrderDeadlock takes two sets in the order
+//	    asked, {b, a} and {a, b}: they wait for each other until the
+//	    first one's wait runs out (nodetest's OverlappingSets, which the
+//	    canonical order passes); the soak of 16 clients
+//	    (TestOverlappingSetsUnderLoad) sees most waits run out that way,
+//	    and hardly any in one order.
 //	S3. All or none. A set is answered only when every member is held.
 //	    When a member cannot be had (still held after the wait, no
 //	    quorum, the caller gone, the Redlock closing), every member this
@@ -577,20 +580,22 @@
 //	    member to this replica's next waiter), and the refusal names the
 //	    member. For a lease id the gateway minted, a release a node did
 //	    not answer is sent again in the background until it answers, as
-//	    for an abandoned lease (TestASetRefusedByFailedNodesIsUndoneWhenTheyAreBack:
-//	    released 66 ms after the nodes came back; with one release only,
-//	    still held 5 s later, its TTL a minute); a lease id the client
-//	    chose may be in use by its retry, so those copies expire with
-//	    their TTL. A member the lease held
-//	    before the request (it re-entered: a retry) is left as Acquire
-//	    leaves it. Without the undo, a refused set leaves its first
-//	    members held (RunSets' "a refused set leaves no member held").
+//	    for an abandoned lease
+//	    (TestASetRefusedByFailedNodesIsUndoneWhenTheyAreBack: with one
+//	    release only, the member stays held on the nodes that missed it);
+//	    a lease id the client chose may be in use by its retry, so those
+//	    copies expire with their TTL. A member the lease held before the
+//	    request (it re-entered: a retry) is left as Acquire leaves it.
+//	    Without the undo, a refused set leaves its first members held
+//	    (RunSets' "a refused set leaves no member held").
 //	S4. Waiting is fair per member. A set waits for a member in that
 //	    member's queue, as a waiting Acquire does (package waitroom: first
 //	    come, first served on this replica, hand-off on release), with
 //	    what is left of its wait, so single-lock traffic on a member does
-//	    not pass it, and it passes no one. The price of S2 is hold and
-//	    wait: the members a waiting set holds are held while it waits.
+//	    not pass it, and it passes no one (RunSets' "a waiting set is
+//	    served before single-lock waiters that came after it"). The price
+//	    of S2 is hold and wait: the members a waiting set holds are held
+//	    while it waits.
 //	S5. Held members are kept. While a set waits, the members it holds
 //	    are extended every TTL/3. When one cannot be (its validity ran
 //	    out before an extend succeeded, or another lease or none holds
