@@ -40,8 +40,9 @@
 //
 // # What is guaranteed
 //
-// Requests to /locks, /locks/..., /rwlocks/... and /semaphores/... need "Authorization:
-// Bearer <token>"; a semaphore's or readers-writer lock's name is the resource its prefixes match.
+// Requests to /locks, /locks/..., /rwlocks/..., /locksets/... and /semaphores/... need "Authorization:
+// Bearer <token>"; a semaphore's or readers-writer lock's name is the resource its prefixes match,
+// and a lock set (/locksets/a,b,c) needs the method allowed on every member.
 // Without a known token they get 401 with WWW-Authenticate: Bearer; with a
 // known token whose methods or prefixes do not cover the request they get
 // 403. Both answers are application/problem+json bodies that never contain
@@ -251,8 +252,9 @@ func (e *entry) allows(method, resource string) bool {
 	return false
 }
 
-// Middleware guards /locks, /locks/..., /rwlocks/... and /semaphores/...: 401 without a known bearer token,
-// 403 when the token does not allow the request's method on its resource
+// Middleware guards /locks, /locks/..., /rwlocks/..., /locksets/... and /semaphores/...: 401 without a known bearer token,
+// 403 when the token does not allow the request's method on its resource (on
+// every member of a lock set)
 // (force for DELETE /locks/{resource}?force=..., GET on any prefix for the
 // listing GET /locks, which the handler keeps within Grants).
 // Other paths pass through. Put it before request validation, so that an
@@ -283,7 +285,10 @@ func (p *Policy) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if r.Method == http.MethodDelete && ForceRequested(r) {
 		method, what = opForce, "force-release "+resource
 	}
-	allowed := e.allows(method, resource)
+	allowed := true
+	for _, member := range membersOf(r.URL.Path, resource) {
+		allowed = allowed && e.allows(method, member)
+	}
 	if r.URL.Path == "/locks" || r.URL.Path == "/locks/" {
 		allowed = e.methods[method] // the listing is kept within Grants
 	}
@@ -343,11 +348,25 @@ func (p *Policy) Grants(r *http.Request) (prefixes []string, all bool) {
 	return slices.Clone(e.prefixes), false
 }
 
+// membersOf returns the resources a guarded path acts on: each member of
+// a lock set, /locksets/{a,b,c} (resource is "a,b,c"), every one of which
+// the token must be allowed; resource alone for any other path.
+func membersOf(path, resource string) []string {
+	if strings.HasPrefix(path, "/locksets/") {
+		return strings.Split(resource, api.SetSep)
+	}
+	return []string{resource}
+}
+
 // resourceOf returns the resource name of a /locks/{resource},
-// /rwlocks/{resource} or /semaphores/{resource}/... path and whether the path is guarded. The name is taken from the decoded path, the
+// /rwlocks/{resource}, /locksets/{resources} or /semaphores/{resource}/... path and whether the path is guarded. The name is taken from the decoded path, the
 // way a prefix is written; a name with characters outside the resource
 // alphabet is refused by request validation after this check.
 func resourceOf(path string) (string, bool) {
+	if rest, ok := strings.CutPrefix(path, "/locksets/"); ok {
+		// A lock set's path lists its members; membersOf splits them.
+		return strings.TrimSuffix(rest, "/"), true
+	}
 	if rest, ok := strings.CutPrefix(path, "/rwlocks/"); ok {
 		// A readers-writer lock's name is its resource: PUT takes a
 		// hold (either mode), PATCH and DELETE extend and release one,

@@ -80,11 +80,14 @@ type Lock struct {
 	resource string
 	permit   int  // the permit's number for HoldPermit, -1 for a lock
 	rw       bool // a readers-writer hold (HoldRW)
-	leaseID  string
-	token    int64
-	ttl      time.Duration
-	margin   time.Duration
-	onRenew  func(*Lease)
+	// set is the members of a lock set (HoldSet), with their tokens; its
+	// resource is the set's name. Written before the watchdog starts.
+	set     []api.LockSetMember
+	leaseID string
+	token   int64
+	ttl     time.Duration
+	margin  time.Duration
+	onRenew func(*Lease)
 
 	// ctx is what Context returns. A Lock keeps a context because its whole
 	// job is to hand one out, ending when Done closes (as etcd's Session).
@@ -140,7 +143,7 @@ func (c *Client) Lock(ctx context.Context, resource string, o *LockOptions) (*Lo
 		return nil, err
 	}
 
-	return c.hold(ctx, resource, -1, false, lease, opt), nil
+	return c.hold(ctx, resource, -1, false, lease, nil, opt), nil
 }
 
 // retryTransient calls try until it returns nil or an error that is not
@@ -173,10 +176,11 @@ func (c *Client) retryTransient(ctx context.Context, wait time.Duration, try fun
 }
 
 // hold starts the watchdog of lease, a lock on resource or, with permit ≥
-// 0, permit of the semaphore resource.
-func (c *Client) hold(ctx context.Context, resource string, permit int, rw bool, lease *Lease, opt LockOptions) *Lock {
+// 0, permit of the semaphore resource, or with rw a readers-writer hold,
+// or with set the lock set resource of those members.
+func (c *Client) hold(ctx context.Context, resource string, permit int, rw bool, lease *Lease, set []api.LockSetMember, opt LockOptions) *Lock {
 	l := &Lock{
-		c: c, resource: resource, permit: permit, rw: rw, leaseID: lease.LeaseID, token: lease.FencingToken,
+		c: c, resource: resource, permit: permit, rw: rw, set: set, leaseID: lease.LeaseID, token: lease.FencingToken,
 		ttl: opt.TTL, margin: opt.Margin, onRenew: opt.OnRenew,
 		done: make(chan struct{}), stop: make(chan struct{}), exited: make(chan struct{}),
 		last: lease,
@@ -359,6 +363,7 @@ func (l *Lock) Resource() string { return l.resource }
 func (l *Lock) LeaseID() string { return l.leaseID }
 
 // FencingToken is the lock's fencing token; it does not change on renewal.
+// A lock set has one per member (Members), and 0 here.
 func (l *Lock) FencingToken() int64 { return l.token }
 
 // ValidUntil is the local time until which the lock is known to be held,
@@ -371,8 +376,12 @@ func (l *Lock) ValidUntil() time.Time {
 
 // SetFencingHeaders sets Fencing-Token and Fencing-Resource on req, a
 // request to storage guarded by the fencing package's middleware; for a
-// permit, Fencing-Resource is FenceResource.
+// permit, Fencing-Resource is FenceResource. For a lock set it sets
+// nothing (see HoldSet).
 func (l *Lock) SetFencingHeaders(req *http.Request) {
+	if l.set != nil {
+		return // a token per member: see HoldSet
+	}
 	SetFencingHeaders(req, l.fenceResource(), l.token)
 }
 

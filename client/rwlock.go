@@ -192,5 +192,5 @@ func (c *Client) HoldRW(ctx context.Context, name string, exclusive bool, o *Loc
 		}
 		return nil, err
 	}
-	return c.hold(ctx, name, -1, true, h.asLease(), opt), nil
+	return c.hold(ctx, name, -1, true, h.asLease(), nil, opt), nil
 }

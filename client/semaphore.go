@@ -195,7 +195,7 @@ func (c *Client) HoldPermit(ctx context.Context, name string, permits int, o *Lo
 		ext.Permits = p.Permits
 		p = ext
 	}
-	return c.hold(ctx, name, p.Permit.Permit, false, p.asLease(), opt), nil
+	return c.hold(ctx, name, p.Permit.Permit, false, p.asLease(), nil, opt), nil
 }
 
 // releasePermitQuietly gives back the permit ao.LeaseID may hold after a
@@ -225,8 +225,24 @@ func (l *Lock) fenceResource() string {
 	return FenceResource(l.resource, l.permit)
 }
 
-// extend renews the lock or permit once.
+// setMembers is the names of a lock set's members.
+func (l *Lock) setMembers() []string {
+	out := make([]string, len(l.set))
+	for i, m := range l.set {
+		out[i] = m.Resource
+	}
+	return out
+}
+
+// extend renews the lock, permit, hold or set once.
 func (l *Lock) extend(ctx context.Context, o *ExtendOptions) (*Lease, error) {
+	if l.set != nil {
+		s, err := l.c.ExtendSet(ctx, l.setMembers(), l.leaseID, o)
+		if err != nil {
+			return nil, err
+		}
+		return s.asLease(), nil
+	}
 	if l.rw {
 		h, err := l.c.ExtendRW(ctx, l.resource, l.leaseID, o)
 		if err != nil {
@@ -246,6 +262,9 @@ func (l *Lock) extend(ctx context.Context, o *ExtendOptions) (*Lease, error) {
 
 // release gives the lock or permit back once.
 func (l *Lock) release(ctx context.Context) error {
+	if l.set != nil {
+		return l.c.ReleaseSet(ctx, l.setMembers(), l.leaseID)
+	}
 	if l.rw {
 		return l.c.ReleaseRW(ctx, l.resource, l.leaseID)
 	}

@@ -32,6 +32,9 @@ func auditOp(r *http.Request) string {
 	if rest, ok := strings.CutPrefix(r.URL.Path, rwPrefix); ok {
 		return rwAuditOp(r.Method, rest)
 	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, setPrefix); ok {
+		return setAuditOp(r.Method, rest)
+	}
 	res, ok := strings.CutPrefix(r.URL.Path, "/locks/")
 	if !ok || res == "" {
 		return ""
@@ -130,9 +133,13 @@ func auditOutcome(status int, outcome string) string {
 }
 
 // auditResource is the resource an audited path names: a lock's, a
-// readers-writer lock's, or a semaphore's (its permit is not part of it).
+// readers-writer lock's, a semaphore's (its permit is not part of it), or
+// a lock set's members as the path lists them ("a,b,c").
 func auditResource(path string) string {
 	if rest, ok := strings.CutPrefix(path, rwPrefix); ok {
+		return rest
+	}
+	if rest, ok := strings.CutPrefix(path, setPrefix); ok {
 		return rest
 	}
 	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {

@@ -48,6 +48,7 @@ var routePaths = []string{
 	"/locks/" + strings.Repeat("r", 300), "//locks/a", "/locks//a", "/LOCKS/a", "/locks?x=1", "/locksx",
 	"/healthz", "/healthz/", "/readyz", "/metrics", "/openapi.yaml", "/openapi.yamlx", "/openapi", "/nope",
 	"/locks/healthz", "/healthz/x", "/locks/..", "/locks/.", "/locks/%2e%2e",
+	"/locksets/a,b", "/locksets/a%2Cb", "/locksets/a,b/", "/locksets/,", "/locksets/", "/locksets",
 }
 
 var routeMethods = []string{

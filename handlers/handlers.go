@@ -69,8 +69,8 @@ type Options struct {
 	Caller func(r *http.Request) string
 	// RateLimit, if above 0, allows each caller (see Caller; the client
 	// certificate's subject; else the client's IP address) that many
-	// requests per second on /locks, /locks/..., /semaphores/... and
-	// /rwlocks/..., in
+	// requests per second on /locks, /locks/..., /semaphores/...,
+	// /rwlocks/... and /locksets/..., in
 	// bursts of up to RateBurst (default 1); beyond, 429 with Retry-After.
 	// Applied after Middleware, so unknown tokens still get 401.
 	RateLimit float64
@@ -122,6 +122,7 @@ type server struct {
 	waiters  *waiterShares // nil: no share per caller
 	sems     *semaphore.Semaphores
 	rw       RWLocker  // nil: no /rwlocks
+	sets     SetLocker // nil: no /locksets
 	watch    LockWatch // nil: no long poll, no stream
 }
 
@@ -165,6 +166,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	}
 	s.watch = watchOf(&o, locker)
 	s.rw, _ = locker.(RWLocker)
+	s.sets, _ = locker.(SetLocker)
 	if o.WaitersPerCaller > 0 {
 		s.waiters = &waiterShares{share: o.WaitersPerCaller, callers: map[string]int{}}
 	}
@@ -224,6 +226,7 @@ func New(locker Locker, opts *Options) (http.Handler, error) {
 	r.Get("/locks/{resource}", s.inspect)
 	s.semaphoreRoutes(r)
 	s.rwRoutes(r)
+	s.setRoutes(r)
 	return r, nil
 }
 

@@ -31,7 +31,8 @@ const limiterIdle = 10 * time.Minute
 
 // rateLimiter allows each caller (Options.Caller's name, the client
 // certificate's subject, else the client's IP address) perRequests per
-// second on /locks, /locks/..., /semaphores/... and /rwlocks/..., with bursts of burst.
+// second on /locks, /locks/..., /semaphores/..., /rwlocks/... and
+// /locksets/..., with bursts of burst.
 type rateLimiter struct {
 	s         *server
 	limit     rate.Limit
@@ -50,7 +51,7 @@ func (s *server) rateLimit(perSecond float64, burst int) func(http.Handler) http
 	rl := &rateLimiter{s: s, limit: rate.Limit(perSecond), burst: max(burst, 1), callers: map[string]*callerLimit{}}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/locks" && !strings.HasPrefix(r.URL.Path, "/locks/") && !isSemaphorePath(r.URL.Path) && !isRWPath(r.URL.Path) {
+			if r.URL.Path != "/locks" && !strings.HasPrefix(r.URL.Path, "/locks/") && !isSemaphorePath(r.URL.Path) && !isRWPath(r.URL.Path) && !isSetPath(r.URL.Path) {
 				next.ServeHTTP(w, r)
 				return
 			}

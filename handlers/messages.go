@@ -31,7 +31,7 @@ func patternReason(field string, value any) (string, bool) {
 	if !isString {
 		return "", false
 	}
-	if field == "resource" {
+	if field == "resource" || field == "resources" {
 		// The router hands on the escaped path segment.
 		if u, err := url.PathUnescape(s); err == nil {
 			s = u
@@ -40,6 +40,10 @@ func patternReason(field string, value any) (string, bool) {
 	switch field {
 	case "resource":
 		return charsReason(s, 1, 200, "A-Z a-z 0-9 . _ - :", nameChar, true), true
+	case "resources":
+		// A lock set's members are checked one by one (an array in
+		// simple style): value is the member at fault.
+		return "each member " + charsReason(s, 1, 200, "A-Z a-z 0-9 . _ - :", nameChar, true), true
 	case "prefix":
 		return charsReason(s, 0, 200, "A-Z a-z 0-9 . _ - :", nameChar, true), true
 	case api.HeaderLeaseID:

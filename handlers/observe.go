@@ -15,7 +15,8 @@ import (
 // and /ui/...); "permit_acquire", "permit_extend", "permit_release" and
 // "semaphore_inspect" for a semaphore's routes;
 // "rw_acquire", "rw_extend", "rw_release" and "rw_inspect" for a
-// readers-writer lock's; "other" for anything else. The result never contains the
+// readers-writer lock's; "set_acquire", "set_extend", "set_release" and
+// "set_inspect" for a lock set's; "other" for anything else. The result never contains the
 // resource name, so it is safe as a metric label.
 func Operation(method, path string) string {
 	if rest, ok := strings.CutPrefix(path, semaphorePrefix); ok {
@@ -23,6 +24,9 @@ func Operation(method, path string) string {
 	}
 	if rest, ok := strings.CutPrefix(path, rwPrefix); ok {
 		return rwOperation(method, rest)
+	}
+	if rest, ok := strings.CutPrefix(path, setPrefix); ok {
+		return setOperation(method, rest)
 	}
 	if rest, ok := strings.CutPrefix(path, "/locks/"); ok {
 		if rest == "" || strings.Contains(rest, "/") {

@@ -25,10 +25,18 @@ func (r *Redlock) Acquire(ctx context.Context, req AcquireRequest) (*Lease, erro
 	if !ValidOwner(req.Owner) {
 		return nil, &InvalidError{Field: "owner", Reason: "must be at most 256 printable characters"}
 	}
-	q := acquisition{AcquireRequest: req}
-	if q.LeaseID == "" {
-		q.LeaseID, q.minted = NewLeaseID(), true
+	minted := req.LeaseID == ""
+	if minted {
+		req.LeaseID = NewLeaseID()
 	}
+	return r.acquire(ctx, req, minted)
+}
+
+// acquire is Acquire of a checked request whose lease id is set: minted
+// says the id was drawn for this request (by Acquire, or by AcquireSet for
+// all its members), so it held nothing before it.
+func (r *Redlock) acquire(ctx context.Context, req AcquireRequest, minted bool) (*Lease, error) {
+	q := acquisition{AcquireRequest: req, minted: minted}
 	if q.Wait == 0 {
 		lease, err := r.tryAcquire(ctx, &q)
 		return r.handOver(ctx, lease, err)

@@ -537,6 +537,109 @@
 //	    makes every readers-writer call fail with ErrNotSupported,
 //	    changing nothing.
 //
+// # Lock sets
+//
+// A lock set takes several locks for one lease, all or none
+// (Redlock.AcquireSet and its siblings): one lease id and one TTL for the
+// set, a fencing token per member. Its members may hash to different
+// Cluster shards, and do lie on different Redlock nodes' keys, so no one
+// script can take them together; the set is built from the mutex, as a
+// semaphore is, and all-or-none is what its rules give the caller, not an
+// atomic step on a node:
+//
+//	S1. A member is the mutex. Member x of a set is the lock on x that
+//	    Acquire takes (lockgate:{x}:lock, its slot's counter), held by
+//	    the set's lease id, granted by its own Redlock round and fenced
+//	    by steps 1 to 4 with its own token. So a set excludes single
+//	    locks and other sets exactly where they share a member (two
+//	    quorums share a node, which holds x for one lease), and each
+//	    member's tokens grow as any lock's. A set holds while every
+//	    member holds; its answer lists each member's token.
+//	S2. One order. Every set takes its members in the canonical order
+//	    (SetMembers: sorted by name, byte by byte), one at a time, and
+//	    waits only for the next one. Why no deadlock: say sets A1 ... Ak
+//	    wait in a cycle, Ai for member mi held by Ai+1 (Ak+1 = A1). Ai+1
+//	    holds mi and waits for mi+1, which comes after every member it
+//	    holds, so mi < mi+1 for every i, and m1 < m1: there is no such
+//	    cycle. Queues add edges too: a set behind another in mi's queue
+//	    waits for it; that one waits for mi as well, so along any chain
+//	    of waits the member waited for never goes down, and a cycle
+//	    would keep it equal, inside one queue, whose order is strict
+//	    and whose member's holder is in no queue for it. A plain lock's
+//	    holder waits for nothing while it holds (inside the gateway).
+//	    TestSetsTakenOutOfOrderDeadlock takes two sets in the order
+//	    asked, {b, a} and {a, b}: they wait for each other until the
+//	    first one's wait runs out (nodetest's OverlappingSets, which the
+//	    canonical order passes); the soak of 16 clients
+//	    (TestOverlappingSetsUnderLoad) sees most waits run out that way,
+//	    and hardly any in one order.
+//	S3. All or none. A set is answered only when every member is held.
+//	    When a member cannot be had (still held after the wait, no
+//	    quorum, the caller gone, the Redlock closing), every member this
+//	    request took is released before the answer (a release hands the
+//	    member to this replica's next waiter), and the refusal names the
+//	    member. For a lease id the gateway minted, a release a node did
+//	    not answer is sent again in the background until it answers, as
+//	    for an abandoned lease
+//	    (TestASetRefusedByFailedNodesIsUndoneWhenTheyAreBack: with one
+//	    release only, the member stays held on the nodes that missed it);
+//	    a lease id the client chose may be in use by its retry, so those
+//	    copies expire with their TTL. A member the lease held before the
+//	    request (it re-entered: a retry) is left as Acquire leaves it.
+//	    Without the undo, a refused set leaves its first members held
+//	    (RunSets' "a refused set leaves no member held").
+//	S4. Waiting is fair per member. A set waits for a member in that
+//	    member's queue, as a waiting Acquire does (package waitroom: first
+//	    come, first served on this replica, hand-off on release), with
+//	    what is left of its wait, so single-lock traffic on a member does
+//	    not pass it, and it passes no one (RunSets' "a waiting set is
+//	    served before single-lock waiters that came after it"). The price
+//	    of S2 is hold and wait: the members a waiting set holds are held
+//	    while it waits.
+//	S5. Held members are kept. While a set waits, the members it holds
+//	    are extended every TTL/3. When one cannot be (its validity ran
+//	    out before an extend succeeded, or another lease or none holds
+//	    it), the wait ends and the set is undone (S3), answered as taken
+//	    on that member. Without it a set waiting longer than its TTL
+//	    loses its first members (RunSets' "a waiting set keeps the
+//	    members it holds").
+//	S6. One validity. When the last member is granted, the members whose
+//	    validity ends more than TTL/10 before the last one's are extended
+//	    (one round, all at once). The set's validity is the least of its
+//	    members', each counted as Redlock counts a lease's (TTL − time
+//	    spent − drift); below MinValidity the set is undone and the
+//	    answer is no-quorum. Without the extend a set granted after a
+//	    wait reports the validity left on its first member (RunSets' "a
+//	    set granted after a wait has its members' validity").
+//	S7. Extend, release and inspect act on every member, all at once.
+//	    An extend holds the set when every member was extended; when a
+//	    member is no longer held by the lease (expired, broken, another
+//	    lease's), the set is lost: the members still held are released,
+//	    so a lost set is not kept in part, and the answer is not-held
+//	    naming the member. A no-quorum on a member is answered as such,
+//	    releasing nothing (the set may still hold; extending again is
+//	    safe). A release frees every member; it is not-held only when the
+//	    lease held none.
+//	S8. A gateway that stops mid-set (a crash, SIGKILL, a lost network)
+//	    leaves the members it took held on the nodes until their TTL runs
+//	    out: no one extends them any more, and the keeper (S5) extended
+//	    the last time at most TTL/3 before. So a set is never held in
+//	    part beyond a TTL after its gateway stops (RunSets' "a gateway
+//	    that stops mid-set"). A set whose answer was lost is held whole
+//	    until its TTL; asking again with the same Lease-Id re-enters it,
+//	    tokens unchanged.
+//
+// Nodes keep nothing new for sets: every member is a lock, so the
+// recovery of a node that lost data (rules 5 to 8) takes members back in
+// as it takes any lock. The same suite (nodetest.RunSets) runs over
+// in-memory nodes, single Redis nodes and a Redis Cluster node whose
+// shards hold a set's members apart. What a set does not give: an
+// observer reading its members one by one (GET) can see a set being
+// taken, or being undone, in part for the moment that lasts; only its
+// answer is all or none. Fairness across gateway replicas is each
+// member's, as for waiting locks. A set of n members costs n Redlock
+// rounds one after the other (and one extend round after a wait).
+//
 // # A node that is a Redis Cluster
 //
 // A node may be a whole Redis Cluster (redisnode.ClusterNode): one Redlock

@@ -101,3 +101,14 @@ func results(replies []NodeReply, errs []error) []nodeResult {
 // SetWitnessCheck switches rule 8's witness check on or off (on by
 // default), for the tests that show what it catches.
 func SetWitnessCheck(on bool) { checkWitnesses.Store(on) }
+
+// AcquireSetInOrder is AcquireSet taking req.Resources in the order given
+// rather than the canonical one: what rule S2 forbids, for the test that
+// shows the deadlock the canonical order prevents.
+func AcquireSetInOrder(ctx context.Context, r *Redlock, req SetAcquireRequest) (*SetLease, error) {
+	minted := req.LeaseID == ""
+	if minted {
+		req.LeaseID = NewLeaseID()
+	}
+	return r.acquireSet(ctx, req.Resources, req, minted)
+}

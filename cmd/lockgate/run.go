@@ -42,7 +42,11 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		"With --shared (or --exclusive), NAME is a readers-writer lock: the command runs with a\n"+
 		"reader's hold (any number at once) or the writer's (alone), and also gets LOCKGATE_MODE;\n"+
 		"75 then means the lock is held in a conflicting mode (a waiting writer keeps new\n"+
-		"readers out).")
+		"readers out).\n"+
+		"With --set a,b,c (instead of --lock), the command runs while holding every lock of the\n"+
+		"set, all or none (taken in one order: sets never deadlock); LOCKGATE_RESOURCE is the set\n"+
+		"(its members sorted, joined by commas) and LOCKGATE_FENCING_TOKENS lists each member's\n"+
+		"token (a=12,b=7,c=40) instead of LOCKGATE_FENCING_TOKEN; 75 then means a member is held.")
 	ttl := fs.Duration("ttl", 30*time.Second, "lock TTL; the lock is renewed about every TTL/3")
 	wait := fs.Duration("wait", 0, "how long to wait for a lock another lease holds")
 	killAfter := fs.Duration("kill-after", 10*time.Second, "after a lost lock, SIGKILL this long after SIGTERM")
@@ -50,13 +54,22 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 	permits := fs.Int("permits", 0, "hold one of the K permits of the semaphore NAME instead of the lock NAME (1 to 64)")
 	shared := fs.Bool("shared", false, "hold a reader's hold on the readers-writer lock NAME instead of the lock NAME")
 	exclusive := fs.Bool("exclusive", false, "hold the writer's hold on the readers-writer lock NAME instead of the lock NAME")
+	set := fs.String("set", "", "hold every lock of the set a,b,c (all or none) instead of the lock NAME")
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
 	command := fs.Args()
+	var members []string
+	if *set != "" {
+		if c.lock != "" || *permits > 0 || *shared || *exclusive {
+			return c.usagef("--set takes a lock set: not with --lock, --permits, --shared or --exclusive")
+		}
+		members = strings.Split(*set, ",")
+		c.lock = *set // named so in run's messages
+	}
 	switch {
 	case c.lock == "":
-		return c.usagef("--lock NAME is required")
+		return c.usagef("--lock NAME (or --set a,b,c) is required")
 	case len(command) == 0:
 		return c.usagef("no command: lockgate run --lock NAME -- command [args...]")
 	case badDurations(*ttl, *killAfter, *wait):
@@ -97,7 +110,12 @@ func runCommand(args []string, getenv func(string) string, _, stderr io.Writer) 
 		case <-acquired:
 		}
 	}()
-	l, err := take(ctx, cl, c.lock, *permits, mode, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
+	var l *client.Lock
+	if members != nil {
+		l, err = cl.HoldSet(ctx, members, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
+	} else {
+		l, err = take(ctx, cl, c.lock, *permits, mode, &client.LockOptions{TTL: *ttl, Wait: *wait, Owner: *owner})
+	}
 	close(acquired)
 	<-watched
 	cancel()
@@ -184,13 +202,22 @@ func badDurations(ttl, killAfter, wait time.Duration) bool {
 }
 
 // commandEnv is the command's environment: run's, with the lock's (or
-// permit's, or readers-writer hold's) resource, lease id and fencing
-// token, the permit's number, and the hold's mode.
+// permit's, or readers-writer hold's, or lock set's) resource, lease id
+// and fencing token (a set's: every member's), the permit's number, and
+// the hold's mode.
 func commandEnv(l *client.Lock, mode string) []string {
 	env := append(os.Environ(),
 		"LOCKGATE_RESOURCE="+l.Resource(),
-		"LOCKGATE_LEASE_ID="+l.LeaseID(),
-		"LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
+		"LOCKGATE_LEASE_ID="+l.LeaseID())
+	if ms := l.Members(); ms != nil {
+		tokens := make([]string, len(ms))
+		for i, m := range ms {
+			tokens[i] = m.Resource + "=" + strconv.FormatInt(m.FencingToken, 10)
+		}
+		env = append(env, "LOCKGATE_FENCING_TOKENS="+strings.Join(tokens, ","))
+	} else {
+		env = append(env, "LOCKGATE_FENCING_TOKEN="+strconv.FormatInt(l.FencingToken(), 10))
+	}
 	if l.Permit() >= 0 {
 		env = append(env, "LOCKGATE_PERMIT="+strconv.Itoa(l.Permit()))
 	}

@@ -2,7 +2,8 @@
 // openapi.yaml (schema.d.ts, made by ../check), under tsc --strict: the
 // answers of acquire, the 409 and 429 problems, the listing, the
 // Fencing-Token header typed as the body's fencing_token is, and the
-// readers-writer lock's request, hold, mode-held problem and readers.
+// readers-writer lock's request, hold, mode-held problem and readers; a
+// lock set's answer with a token per member, its 409 and its members.
 import type { components, paths } from "./schema";
 
 type Lock = paths["/locks/{resource}"];
@@ -37,4 +38,19 @@ const readers: RWLock["get"]["responses"]["200"]["content"]["application/json"] 
   holders: [{ mode: "shared", fencing_token: reader.fencing_token, owner: "", ttl_ms: 30000, expires_at: "2026-01-01T00:00:00Z" }],
 };
 
-export const uses = [lease, taken, limited, page, extend, readerAsk, reader, modeHeld, readers];
+type LockSet = paths["/locksets/{resources}"];
+const set: LockSet["put"]["responses"]["201"]["content"]["application/json"] = {
+  resources: "invoices,ledger",
+  lease_id: "0123456789abcdef",
+  ttl_ms: 30000,
+  validity_ms: 29697,
+  expires_at: "2026-01-01T00:00:00Z",
+  members: [{ resource: "invoices", fencing_token: token }, { resource: "ledger", fencing_token: 12 }],
+};
+const setTaken: LockSet["put"]["responses"]["409"]["content"]["application/problem+json"] = { type: "urn:lockgate:problem:lock-taken", title: "Lock held by another lease", status: 409, detail: "another lease holds ledger" };
+const setMembers: LockSet["get"]["responses"]["200"]["content"]["application/json"] = {
+  resources: set.resources,
+  members: [{ resource: "invoices", held: true, fencing_token: 7, owner: "", ttl_ms: 30000, expires_at: "2026-01-01T00:00:00Z" }, { resource: "ledger", held: false }],
+};
+
+export const uses = [lease, taken, limited, page, extend, readerAsk, reader, modeHeld, readers, set, setTaken, setMembers];
