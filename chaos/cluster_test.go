@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,12 +166,31 @@ type cluster struct {
 	// addrs[g][i] is the address gateway g reaches node i at: the label
 	// of node i in g's metrics.
 	addrs [][]string
+	// clientToken is the bearer token of the clients (every lock and
+	// semaphore operation but force); operatorToken the one of the
+	// operator, allowed only force releases (access control must be on
+	// for the gateway to take one: see handlers/admin.go).
+	clientToken, operatorToken string
+}
+
+// writeAuthFile writes the gateways' token file (docs/operations.md,
+// Access control) into dir and returns its path.
+func (c *cluster) writeAuthFile(t *testing.T, dir string) string {
+	t.Helper()
+	c.clientToken = fmt.Sprintf("chaos-clients-%016x", rand.Uint64())
+	c.operatorToken = fmt.Sprintf("chaos-operator-%016x", rand.Uint64())
+	path := filepath.Join(dir, "tokens")
+	body := fmt.Sprintf("%s PUT,PATCH,DELETE,GET * clients\n%s force * operator\n", c.clientToken, c.operatorToken)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // startCluster starts 5 redis-server nodes with AOF (everysec), a fault proxy in front
-// of the last two, and 3 gateways, each reaching node 2 through a link
-// proxy of its own; unsafe sets the switch that turns the data-loss
-// protection off.
+// of the last two, and 3 gateways with access control on (writeAuthFile),
+// each reaching node 2 through a link proxy of its own; unsafe sets the
+// switch that turns the data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
 	bin := gatewaytest.Binary(t, "lockgate")
@@ -196,6 +217,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		c.proxies = append(c.proxies, p)
 		urls[i] = "redis://" + p.Addr()
 	}
+	authFile := c.writeAuthFile(t, t.TempDir())
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	if unsafe {
 		env = append(env, UnsafeEnv+"=1")
@@ -216,7 +238,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		c.addrs = append(c.addrs, addrs)
 		g := &gateway{t: t, bin: bin, addr: freeport.Addr(t), env: env, log: &logTail{max: 64 << 10},
 			args: []string{"-redis", strings.Join(own, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
-				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
+				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn", "-auth-file", authFile}}
 		if err := g.launch(); err != nil {
 			t.Fatalf("gateway: %v\n%s", err, g.log.String())
 		}

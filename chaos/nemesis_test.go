@@ -62,13 +62,25 @@ const (
 	// ahead by what it gained, as a drifting host clock that NTP slews:
 	// its copies of locks expire early, within what the validity sets
 	// aside. Within lockgate's stated model (RELIABILITY.md's clock
-	// assumptions); a clock stepped past the allowance is not, and is not
-	// run.
+	// assumptions); a clock stepped past the allowance is not (below).
 	kindClockDrift = "clock-drift"
+	// A node's wall clock steps clockStep ahead (an NTP step, a VM
+	// resumed), far past the drift allowance, and stays there: its copies
+	// of locks taken in the TTL before expire early. Outside lockgate's
+	// stated model (Fault.Outside): its window is checked, and what is
+	// found there is counted apart.
+	kindClockStep = "clock-step-outside-model"
 )
 
-// clockDriftRate is how fast a clock-drift node's clock runs.
-const clockDriftRate = 1.005
+const (
+	// clockDriftRate is how fast a clock-drift node's clock runs.
+	clockDriftRate = 1.005
+	// driftAllowance is the gateways' drift allowance for the suite's TTL
+	// (lockcore: 1 % of the TTL plus 2 ms).
+	driftAllowance = ttl/100 + 2*time.Millisecond
+	// clockStep is how far a clock-step node's clock jumps ahead.
+	clockStep = 700 * time.Millisecond
+)
 
 // episodeEvery is how many random faults separate two episodes; the short
 // profile plays only the first.
@@ -76,7 +88,7 @@ const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
 	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll,
-	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift}
+	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -88,6 +100,7 @@ type nemesis struct {
 	rng     *rand.Rand
 	ttl     time.Duration
 	healGap time.Duration
+	gap     time.Duration // the shortest pause between two faults (the longest: three times that)
 
 	mu     sync.Mutex
 	faults []Fault
@@ -203,6 +216,13 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.cl.nodes[i].SetClock(0, clockDriftRate)
 		sleepCtx(ctx, 2*n.ttl)
 		n.cl.nodes[i].SetClock(0, 1)
+		f.End = n.now()
+		n.add(f)
+	case kindClockStep:
+		i := n.rng.IntN(len(n.cl.nodes))
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, Outside: true}
+		n.cl.nodes[i].SetClock(clockStep, 1)
+		sleepCtx(ctx, n.ttl) // the load's copies from before the step (TTL 1s) are gone by then
 		f.End = n.now()
 		n.add(f)
 	case kindSlowLink:
@@ -568,6 +588,6 @@ func (n *nemesis) run(must, ctx context.Context, episodeOnly bool, maxFaults int
 			n.episodeLiveHolder(c)
 		}
 		n.inject(c, kind)
-		sleepCtx(c, time.Duration(500+n.rng.IntN(1000))*time.Millisecond)
+		sleepCtx(c, n.gap+time.Duration(n.rng.Int64N(2*int64(n.gap)+1)))
 	}
 }
