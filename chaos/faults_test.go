@@ -227,7 +227,11 @@ func logSummary(t *testing.T, s *Summary) {
 	t.Logf("outside the model (counted, not judged): %d violations, %d model checks rejected until rule M7",
 		len(s.Outside), len(s.OutsideModels))
 	for _, r := range s.OutsideModels {
-		t.Logf("  outside the model: %v", r)
+		path, err := viewerPath(t.Name(), r.Model+"-outside")
+		if err == nil {
+			err = r.Visualize(path)
+		}
+		t.Logf("  outside the model: %v; history viewer: %s (%v)", r, path, err)
 	}
 	for i := range s.MemBefore {
 		t.Logf("node %d: DBSIZE %d → %d, used_memory %d → %d", i, s.MemBefore[i].Keys, s.MemAfter[i].Keys,

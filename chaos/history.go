@@ -7,6 +7,16 @@ import (
 	"time"
 )
 
+// Besides locks, the fault suite's clients take permits of two semaphores
+// of workloadK permits in one cycle of permitEvery, and act as an operator
+// who force-releases a hot lock, whoever holds it, in one cycle of
+// forceEvery.
+const (
+	workloadK   = 2
+	permitEvery = 8
+	forceEvery  = 100
+)
+
 // Op is the kind of a recorded operation.
 type Op uint8
 

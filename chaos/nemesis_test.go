@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +72,12 @@ const (
 	// stated model (Fault.Outside): its window is checked, and what is
 	// found there is counted apart.
 	kindClockStep = "clock-step-outside-model"
+	// The primary of the node that Redis Sentinel manages is killed and
+	// the Sentinel made to fail over to its replica at once (SENTINEL
+	// FAILOVER): the gateways, which reach the node through the Sentinel,
+	// meet a new server process with what the replica had received. The
+	// old primary restarts from its AOF as the new one's replica.
+	kindSentinel = "sentinel-failover"
 )
 
 const (
@@ -88,7 +96,7 @@ const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
 	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll,
-	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep}
+	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep, kindSentinel}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -225,6 +233,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		sleepCtx(ctx, n.ttl) // the load's copies from before the step (TTL 1s) are gone by then
 		f.End = n.now()
 		n.add(f)
+	case kindSentinel:
+		n.sentinelFailover(ctx)
 	case kindSlowLink:
 		n.slowRecoveryLink(ctx)
 	case kindRecovering:
@@ -314,6 +324,50 @@ func (n *nemesis) slowRecoveryLink(ctx context.Context) {
 	link.Heal()
 	n.lost(f, i)
 	sleepCtx(ctx, n.healGap)
+}
+
+// sentinelFailover plays kindSentinel.
+func (n *nemesis) sentinelFailover(ctx context.Context) {
+	i := n.cl.sentineled
+	old, promoted := n.cl.nodes[i], n.cl.standby
+	// The Sentinel learns of a replica from its primary's INFO (every 10 s
+	// outside a failover): the replica must be known and in sync first.
+	if !poll(ctx, 15*time.Second, func() bool {
+		replicas, err := n.cl.sentinel.Do("SENTINEL", "REPLICAS", sentinelName)
+		return err == nil && strings.Contains(replicas, strconv.Itoa(portOf(promoted.Addr()))) &&
+			promoted.Info("master_link_status") == "up"
+	}) {
+		n.t.Logf("%s: the Sentinel does not know node %d's replica in sync; not played", kindSentinel, i)
+		return
+	}
+	f := Fault{Kind: kindSentinel, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	old.Kill()
+	if _, err := n.cl.sentinel.Do("SENTINEL", "FAILOVER", sentinelName); err != nil {
+		n.t.Errorf("%s: SENTINEL FAILOVER: %v", kindSentinel, err)
+	}
+	if !poll(ctx, 10*time.Second, func() bool { return promoted.Info("role") == "master" }) {
+		n.t.Errorf("%s: the replica of node %d was not promoted within 10 s", kindSentinel, i)
+	}
+	n.cl.mu.Lock()
+	n.cl.nodes[i], n.cl.standby = promoted, old
+	n.cl.mu.Unlock()
+	old.Restart()
+	if _, err := old.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(portOf(promoted.Addr()))); err != nil {
+		n.t.Errorf("%s: %v", kindSentinel, err)
+	}
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// poll calls cond every 20 ms until it holds, for at most d, and reports
+// whether it held.
+func poll(ctx context.Context, d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 // restartDuringRecovery plays kindRecovering.

@@ -230,10 +230,12 @@ func (s *Summary) Markdown() string {
 	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
 		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
 	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync everysec`), nodes 3 and 4 behind a fault proxy,\n", s.Nodes)
-	p("node 2 reached by each gateway through a link proxy of its own;\n")
+	p("node 2 reached by each gateway through a link proxy of its own, node 1 through Redis Sentinel (a primary and a replica,\n")
+	p("failed over when the nemesis asks); gateways with access control on (a clients' token, an operator's for force releases);\n")
 	p("%d lockgate gateway processes; %d clients over 3 hot and 64 cold resources, sending their own `Lease-Id` in half\n", s.Gateways, s.Clients)
-	p("the cycles and none (the gateway mints one) in the others; TTL %v. Data-loss protection: **%s**.\n\n",
-		s.TTL, map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
+	p("the cycles and none (the gateway mints one) in the others; in one cycle of %d a permit of one of two semaphores of\n", permitEvery)
+	p("%d permits over HTTP instead, in one of %d a force release of a hot lock by the operator; TTL %v.\n", workloadK, forceEvery, s.TTL)
+	p("Data-loss protection: **%s**.\n\n", map[bool]string{false: "on", true: "off (LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1)"}[s.Unsafe])
 
 	p("## Checkers\n\n| check | property | result |\n|---|---|---|\n")
 	p("| C1 | no overlapping grants of a resource in fault-free windows | %s (%d overlaps inside fault windows, reported, not judged) |\n", verdict(s.C1), s.C1Excused)

@@ -18,15 +18,6 @@ import (
 	"github.com/lockgate/lockgate/fencing"
 )
 
-// Besides locks, the clients take permits of the semaphores (K of
-// workloadK) in one cycle of permitEvery, and act as an operator who
-// force-releases a hot lock, whoever holds it, in one cycle of forceEvery.
-const (
-	workloadK   = 2
-	permitEvery = 8
-	forceEvery  = 100
-)
-
 // ForceRaceEnv, set to 1, lets a force release of a hot lock run while an
 // acquire of it is in flight. By default a force release waits for the
 // acquires of its resource in flight, and holds new ones back, until it is
