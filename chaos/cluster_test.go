@@ -209,6 +209,7 @@ func (c *cluster) writeAuthFile(t *testing.T, dir string) string {
 // switch that turns the data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
+	redis.SetLogger(quietRedis{}) // the stall log's failed dials to a node the nemesis stopped
 	bin := gatewaytest.Binary(t, "lockgate")
 	if unsafe {
 		bin = gatewaytest.BinaryTagged(t, "lockgate", "lockgate_unprotected")
@@ -270,6 +271,17 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		c.gws = append(c.gws, g)
 	}
 	return c
+}
+
+// setNodes gives gateway g the node list urls from its next start on.
+func (g *gateway) setNodes(urls []string) {
+	i := slices.Index(g.args, "-redis")
+	g.args[i+1] = strings.Join(urls, ",")
+}
+
+// nodeURLs is gateway g's node list now.
+func (g *gateway) nodeURLs() []string {
+	return strings.Split(g.args[slices.Index(g.args, "-redis")+1], ",")
 }
 
 // startSentinel makes node i a primary that a Sentinel manages, with a

@@ -19,8 +19,11 @@
 // everysec node, switches a proxied node's address to a server with older
 // data (a failover to a lagging replica), kills node 1's primary and has
 // the Sentinel fail over to its replica at once (sentinel-failover: the
-// old primary comes back as the new one's replica), and restarts every
-// gateway at once. Three kinds race
+// old primary comes back as the new one's replica), replaces node 0 by a
+// new, empty server one node at a time (node-replaced: every gateway in
+// turn restarts with a list without node 0, then every gateway in turn
+// with the new server in its place, so that any quorum of a list and of
+// the next share a node), and restarts every gateway at once. Three kinds race
 // a node's recovery:
 //
 //   - slow-recovery-link: one gateway's link to node 2 is slowed (replies

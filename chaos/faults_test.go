@@ -42,10 +42,10 @@ type profile struct {
 	gap time.Duration
 }
 
-// shortProfile pauses half as long between faults as the long one, so
+// shortProfile pauses a fifth as long between faults as the long one, so
 // that one fault of every kind fits in CI's time.
 func shortProfile() profile {
-	return profile{name: "short", duration: 60 * time.Second, clients: 32, maxFaults: 40, gap: 250 * time.Millisecond}
+	return profile{name: "short", duration: 60 * time.Second, clients: 32, maxFaults: 40, gap: 100 * time.Millisecond}
 }
 
 // unprotectedProfile plays only the two episodes, with the protection off

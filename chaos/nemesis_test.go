@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/redistest"
 )
 
 // Fault kinds. Every profile injects each at least once.
@@ -78,7 +80,19 @@ const (
 	// meet a new server process with what the replica had received. The
 	// old primary restarts from its AOF as the new one's replica.
 	kindSentinel = "sentinel-failover"
+	// Node 0 dies for good and is replaced by a new, empty server, one
+	// node at a time: every gateway, one after another, restarts with a
+	// list without node 0 (four nodes), then every gateway, one after
+	// another, with the new server in its place (five), as an operator's
+	// rolling restarts would do. Any quorum of a list and of the next one
+	// share a node; the new server is recovered from the others before it
+	// counts (rule 7 of lockcore's doc).
+	kindReplace = "node-replaced"
 )
+
+// replaced is the node that kindReplace replaces: neither behind a proxy
+// nor a link, nor the Sentinel's.
+const replaced = 0
 
 const (
 	// clockDriftRate is how fast a clock-drift node's clock runs.
@@ -96,7 +110,7 @@ const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
 	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll,
-	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep, kindSentinel}
+	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep, kindSentinel, kindReplace}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -235,6 +249,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.add(f)
 	case kindSentinel:
 		n.sentinelFailover(ctx)
+	case kindReplace:
+		n.replaceNode(ctx)
 	case kindSlowLink:
 		n.slowRecoveryLink(ctx)
 	case kindRecovering:
@@ -355,6 +371,34 @@ func (n *nemesis) sentinelFailover(ctx context.Context) {
 	if _, err := old.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(portOf(promoted.Addr()))); err != nil {
 		n.t.Errorf("%s: %v", kindSentinel, err)
 	}
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// replaceNode plays kindReplace.
+func (n *nemesis) replaceNode(ctx context.Context) {
+	i := replaced
+	old := n.cl.nodes[i]
+	f := Fault{Kind: kindReplace, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	for g := range n.cl.gws {
+		f.Gateways = append(f.Gateways, g) // each is restarted once or twice
+	}
+	oldURL := old.URL()
+	old.Kill()
+	for _, g := range n.cl.gws {
+		g.setNodes(slices.DeleteFunc(g.nodeURLs(), func(u string) bool { return u == oldURL }))
+		g.restart()
+	}
+	fresh := redistest.Start(n.t, &redistest.Options{AOF: true, Clock: true,
+		Args: []string{"--latency-monitor-threshold", "25", "--appendfsync", "everysec"}})
+	for k, g := range n.cl.gws {
+		g.setNodes(slices.Insert(g.nodeURLs(), i, fresh.URL()))
+		n.cl.addrs[k][i] = fresh.Addr()
+		g.restart()
+	}
+	n.cl.mu.Lock()
+	n.cl.nodes[i] = fresh
+	n.cl.mu.Unlock()
 	n.lost(f, i)
 	sleepCtx(ctx, n.healGap)
 }
