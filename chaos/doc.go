@@ -55,8 +55,9 @@
 // And one outside lockgate's stated model:
 //
 //   - clock-step-outside-model: a node's clock steps 700 ms ahead (58
-//     times the drift allowance of a 1 s TTL) and stays there: its copies
-//     of locks taken in the second before expire at once. Its window (the
+//     times the drift allowance of a 1 s TTL), and a second later back:
+//     its copies of locks taken in the second before the first step
+//     expire at once, those taken between the steps 700 ms late. Its window (the
 //     fault plus settle) is checked like any other, but the C2, C3, C5
 //     and A violations found in it, and a model check that rejects the
 //     history until its acquires are marked (rule M7 of chaos/model: not

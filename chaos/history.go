@@ -17,6 +17,15 @@ const (
 	forceEvery  = 100
 )
 
+const (
+	// driftAllowance is the gateways' drift allowance for the fault
+	// suite's TTL of 1 s (lockcore: 1 % of the TTL plus 2 ms).
+	driftAllowance = time.Second/100 + 2*time.Millisecond
+	// clockStep is how far the fault suite's clock-step kind moves a
+	// node's clock ahead (and back).
+	clockStep = 700 * time.Millisecond
+)
+
 // Op is the kind of a recorded operation.
 type Op uint8
 

@@ -69,10 +69,11 @@ const (
 	// assumptions); a clock stepped past the allowance is not (below).
 	kindClockDrift = "clock-drift"
 	// A node's wall clock steps clockStep ahead (an NTP step, a VM
-	// resumed), far past the drift allowance, and stays there: its copies
-	// of locks taken in the TTL before expire early. Outside lockgate's
-	// stated model (Fault.Outside): its window is checked, and what is
-	// found there is counted apart.
+	// resumed), far past the drift allowance, and a TTL later back: its
+	// copies of locks taken in the TTL before the first step expire early,
+	// those taken between the steps late. Outside lockgate's stated model
+	// (Fault.Outside): its window is checked, and what is found there is
+	// counted apart.
 	kindClockStep = "clock-step-outside-model"
 	// The primary of the node that Redis Sentinel manages is killed and
 	// the Sentinel made to fail over to its replica at once (SENTINEL
@@ -94,15 +95,8 @@ const (
 // nor a link, nor the Sentinel's.
 const replaced = 0
 
-const (
-	// clockDriftRate is how fast a clock-drift node's clock runs.
-	clockDriftRate = 1.005
-	// driftAllowance is the gateways' drift allowance for the suite's TTL
-	// (lockcore: 1 % of the TTL plus 2 ms).
-	driftAllowance = ttl/100 + 2*time.Millisecond
-	// clockStep is how far a clock-step node's clock jumps ahead.
-	clockStep = 700 * time.Millisecond
-)
+// clockDriftRate is how fast a clock-drift node's clock runs.
+const clockDriftRate = 1.005
 
 // episodeEvery is how many random faults separate two episodes; the short
 // profile plays only the first.
@@ -245,6 +239,9 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, Outside: true}
 		n.cl.nodes[i].SetClock(clockStep, 1)
 		sleepCtx(ctx, n.ttl) // the load's copies from before the step (TTL 1s) are gone by then
+		// Back to the true time, as a later NTP correction would bring it:
+		// the copies taken since live clockStep longer on this node alone.
+		n.cl.nodes[i].SetClock(-clockStep, 1)
 		f.End = n.now()
 		n.add(f)
 	case kindSentinel:

@@ -380,7 +380,7 @@ func (s *Summary) Markdown() string {
 	p("  or faulty can be granted again while its holder's validity lasts: lockgate assumes no such step. The\n")
 	p("  suite runs on one machine's clock; its clock-drift kind runs one node's clock 0.5%% fast for two TTLs\n")
 	p("  (within the allowance); its clock-step kind steps one node's clock %v ahead (%d times the\n", clockStep, int(clockStep/driftAllowance))
-	p("  allowance of a 1 s TTL). The second is outside the model: its windows are checked like any other,\n")
+	p("  allowance of a 1 s TTL) and back a TTL later. The second is outside the model: its windows are checked like any other,\n")
 	p("  but what is found there is counted in the row \"outside the model\" above and fails no test.\n")
 	return b.String()
 }
