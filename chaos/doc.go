@@ -63,6 +63,9 @@
 //     history until its acquires are marked (rule M7 of chaos/model: not
 //     held to the holder's end), are counted apart ("outside the model"
 //     in the log and the report) and fail no test.
+//     TestAClockStepIsCountedApartSchedule makes it happen on purpose (two
+//     of three in-process nodes stepped past a lock's validity) and fails
+//     unless the model's rejection is counted apart.
 //
 // Every operation is recorded as invoke / ok / fail / unknown on one
 // monotonic clock, and six checkers read the history:
