@@ -176,8 +176,9 @@
 // history the models reject, and on any 5xx other than 503 (all but what
 // lies in the windows of the fault outside the model). A force release
 // waits for the acquires of its resource in flight, and holds new ones
-// back, until it is answered: LOCKGATE_CHAOS_FORCE_RACE=1 lets it race
-// them, which shows an open bug of lockcore's force release (a grant it
+// back, until it is answered, and is not sent within 5 s of an acquire of
+// its resource whose answer was lost: LOCKGATE_CHAOS_FORCE_RACE=1 lets it
+// race them, which shows an open bug of lockcore's force release (a grant it
 // breaks before that grant was answered lets the next grant repeat its
 // token; RELIABILITY.md's bug table).
 // TestFaultsCatchC2WithoutProtection starts gateways built with the

@@ -21,12 +21,19 @@ import (
 // ForceRaceEnv, set to 1, lets a force release of a hot lock run while an
 // acquire of it is in flight. By default a force release waits for the
 // acquires of its resource in flight, and holds new ones back, until it is
-// answered: a force release that breaks a grant not yet answered (its
-// token not yet fenced on a quorum) lets the next grant repeat its token,
-// a bug of lockcore's force release that the models and C2 catch (see
+// answered, and is not sent within forceQuiet of an acquire of its
+// resource whose answer was lost (the gateway may still be granting it):
+// a force release that breaks a grant not yet answered (its token not yet
+// fenced on a quorum) lets the next grant repeat its token, a bug of
+// lockcore's force release that the models and C2 catch (see
 // RELIABILITY.md's bug table). The holders' extends, releases and writes
 // race it either way.
 const ForceRaceEnv = "LOCKGATE_CHAOS_FORCE_RACE"
+
+// forceQuiet is how long after an acquire's lost answer a force release
+// of its resource waits: the gateways' largest wait (-max-wait 5s) bounds
+// how long a request they took keeps acting.
+const forceQuiet = 5 * time.Second
 
 // workload is the clients' side of a run.
 type workload struct {
@@ -42,8 +49,11 @@ type workload struct {
 	// in flight (see ForceRaceEnv), unless forceRace.
 	forcing   []sync.RWMutex
 	forceRace bool
-	seed      uint64
-	think     time.Duration // mean pause between two cycles of one client
+	// lostAt[i] is when an acquire of hot[i] last ended without an answer
+	// (run time, ns; 0: never).
+	lostAt []atomic.Int64
+	seed   uint64
+	think  time.Duration // mean pause between two cycles of one client
 
 	// pauseReq[i] asks client i to stall past its TTL between its next grant
 	// and the write; it reports the stall on pauseDone.
@@ -65,6 +75,7 @@ func newWorkload(rec *Recorder, cl *cluster, clients int, seed uint64, ttl time.
 	}
 	w.sems = []string{"sem-0", "sem-1"}
 	w.forcing = make([]sync.RWMutex, len(w.hot))
+	w.lostAt = make([]atomic.Int64, len(w.hot))
 	w.forceRace = os.Getenv(ForceRaceEnv) == "1"
 	return w
 }
@@ -229,14 +240,17 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 			return
 		}
 		if rng.IntN(forceEvery) == 0 {
-			h := rng.IntN(len(w.hot))
-			if !w.forceRace {
-				w.forcing[h].Lock()
+			h, gw := rng.IntN(len(w.hot)), rng.IntN(len(w.cl.gws))
+			if w.forceRace {
+				w.request(ctx, Event{Client: id, Op: OpForceRelease, Resource: w.hot[h], Gateway: gw}, "")
+				continue
 			}
-			w.request(ctx, Event{Client: id, Op: OpForceRelease, Resource: w.hot[h], Gateway: rng.IntN(len(w.cl.gws))}, "")
-			if !w.forceRace {
-				w.forcing[h].Unlock()
+			w.forcing[h].Lock()
+			// Not while an acquire of it may still be under way in a gateway.
+			if at := w.lostAt[h].Load(); at == 0 || w.rec.Now()-time.Duration(at) >= forceQuiet {
+				w.request(ctx, Event{Client: id, Op: OpForceRelease, Resource: w.hot[h], Gateway: gw}, "")
 			}
+			w.forcing[h].Unlock()
 			continue
 		}
 		if rng.IntN(permitEvery) == 0 {
@@ -266,6 +280,9 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 		}
 		a := w.call(ctx, id, gw, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":%d}`, ttlMs, wait))
 		if hot >= 0 && !w.forceRace {
+			if a.Outcome == Unknown {
+				w.lostAt[hot].Store(int64(a.Complete))
+			}
 			w.forcing[hot].RUnlock()
 		}
 		if a.Outcome != Ok {
