@@ -46,6 +46,11 @@ type grant struct {
 	ended time.Duration
 	// releasedAt is when an acknowledged release returned; -1 if none.
 	releasedAt time.Duration
+	// brokenAt is when the first force release that may have broken the
+	// grant was sent (one not refused, whose answer did not come before the
+	// grant's acquire was sent); -1 if none. A force release ends the
+	// holder's lease whatever its validity, and the holder is not told.
+	brokenAt time.Duration
 }
 
 // grants rebuilds every grant from a history, per resource, in the order
@@ -64,7 +69,7 @@ func grants(events []Event) map[string][]*grant {
 		switch {
 		case e.Op == OpAcquire && e.Outcome == Ok:
 			g := &grant{ev: e, token: e.Token, begin: e.Invoke, start: e.Complete,
-				end: e.Invoke + e.ValidFor, gone: e.Complete + e.ValidFor + driftSlack, releasedAt: -1}
+				end: e.Invoke + e.ValidFor, gone: e.Complete + e.ValidFor + driftSlack, releasedAt: -1, brokenAt: -1}
 			byLease[e.Resource+"\x00"+e.Lease] = g
 			out[e.Resource] = append(out[e.Resource], g)
 		case e.Foreign:
@@ -87,16 +92,42 @@ func grants(events []Event) map[string][]*grant {
 			}
 		}
 	}
-	for _, gs := range out {
+	forced := forceReleases(sorted)
+	for res, gs := range out {
 		for _, g := range gs {
 			g.held, g.ended = g.end, g.gone
 			if ri, ok := relInvoke[g]; ok && ri < g.held {
 				g.held = ri
 			}
+			for _, f := range forced[res] {
+				if f.Outcome == Unknown || f.Complete > g.begin {
+					g.brokenAt = f.Invoke
+					// The holder still acts as one, but another lease may
+					// be granted from the force release on (C1 leaves the
+					// overlap to the model check, which orders the two).
+					g.held = min(g.held, max(g.start, f.Invoke))
+					break
+				}
+			}
 			if g.releasedAt >= 0 && g.releasedAt < g.ended {
 				g.ended = g.releasedAt
 			}
 		}
+	}
+	return out
+}
+
+// forceReleases returns, per resource and in the order they were sent,
+// the force releases that may have broken a lock: every one but those
+// refused (a 4xx: forbidden, or 404, no node of a quorum held the lock)
+// or never sent (a refused dial).
+func forceReleases(sorted []Event) map[string][]Event {
+	out := map[string][]Event{}
+	for _, e := range sorted {
+		if e.Op != OpForceRelease || e.Outcome == Fail && (e.Status == 0 || e.Status/100 == 4) {
+			continue
+		}
+		out[e.Resource] = append(out[e.Resource], e)
 	}
 	return out
 }
@@ -125,8 +156,10 @@ func (w windows) touches(from, to time.Duration) bool {
 // CheckC1 reports two grants of one resource to different leases whose
 // holding times overlap, where the overlap touches no fault window (a
 // fault's span plus settle). A grant's holding time runs from when its
-// acquire answered to when its validity ran out or its holder sent the
-// release. excused counts the overlaps inside fault windows.
+// acquire answered to when its validity ran out, its holder sent the
+// release, or a force release that may have broken it was sent (the model
+// check judges what follows a force release). excused counts the
+// overlaps inside fault windows.
 func CheckC1(events []Event, faults []Fault, settle time.Duration) (v []Violation, excused int) {
 	win := faultWindows(faults, settle)
 	for res, gs := range grants(events) {
@@ -393,7 +426,8 @@ func sortViolations(v []Violation) {
 // acquire with a lease's first attempt answered 200 "same lease again"
 // instead of 201, and a release by the holder, sent while its grant was
 // still valid, answered 404 "not held" although no node lost its data
-// during the grant and its gateway could act on it in time.
+// during the grant, no force release may have broken it, and its gateway
+// could act on it in time.
 func CheckAnswers(events []Event, faults []Fault) []Violation {
 	var v []Violation
 	seen := make(map[string]bool)
@@ -424,8 +458,8 @@ func CheckAnswers(events []Event, faults []Fault) []Violation {
 		if g == nil || e.Invoke >= g.end {
 			continue
 		}
-		if !answeredInTime(e, g, faults) {
-			continue
+		if !answeredInTime(e, g, faults) || g.brokenAt >= 0 && g.brokenAt <= e.Complete {
+			continue // the gateway acted on it too late, or a force release broke the lock first
 		}
 		lost := false
 		for _, f := range faults {

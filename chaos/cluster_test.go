@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,9 +152,25 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// sentinelName is the name Redis Sentinel knows node sentineled's primary
+// by.
+const sentinelName = "node-1"
+
 // cluster is the topology under test.
 type cluster struct {
+	// mu guards nodes against a reader on another goroutine than the
+	// nemesis's (nodesNow): a Sentinel failover swaps nodes[sentineled]
+	// and standby.
+	mu    sync.Mutex
 	nodes []*redistest.Server
+	// nodes[sentineled] is a primary that Redis Sentinel manages, with
+	// standby its replica: the gateways reach that node through the
+	// Sentinel, which the nemesis asks to fail over (kindSentinel). Its
+	// automatic failover is off (down-after-milliseconds of a minute), so
+	// that other faults of the node stay what they are.
+	sentineled int
+	standby    *redistest.Server
+	sentinel   *redistest.Server
 	// proxies[i] stands in front of nodes[proxied[i]] for every gateway.
 	proxies []*faultproxy.Proxy
 	proxied []int
@@ -164,14 +182,34 @@ type cluster struct {
 	// addrs[g][i] is the address gateway g reaches node i at: the label
 	// of node i in g's metrics.
 	addrs [][]string
+	// clientToken is the bearer token of the clients (every lock and
+	// semaphore operation but force); operatorToken the one of the
+	// operator, allowed only force releases (access control must be on
+	// for the gateway to take one: see handlers/admin.go).
+	clientToken, operatorToken string
+}
+
+// writeAuthFile writes the gateways' token file (docs/operations.md,
+// Access control) into dir and returns its path.
+func (c *cluster) writeAuthFile(t *testing.T, dir string) string {
+	t.Helper()
+	c.clientToken = fmt.Sprintf("chaos-clients-%016x", rand.Uint64())
+	c.operatorToken = fmt.Sprintf("chaos-operator-%016x", rand.Uint64())
+	path := filepath.Join(dir, "tokens")
+	body := fmt.Sprintf("%s PUT,PATCH,DELETE,GET * clients\n%s force * operator\n", c.clientToken, c.operatorToken)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // startCluster starts 5 redis-server nodes with AOF (everysec), a fault proxy in front
-// of the last two, and 3 gateways, each reaching node 2 through a link
-// proxy of its own; unsafe sets the switch that turns the data-loss
-// protection off.
+// of the last two, and 3 gateways with access control on (writeAuthFile),
+// each reaching node 2 through a link proxy of its own; unsafe sets the
+// switch that turns the data-loss protection off.
 func startCluster(t *testing.T, unsafe bool) *cluster {
 	t.Helper()
+	redis.SetLogger(quietRedis{}) // the stall log's failed dials to a node the nemesis stopped
 	bin := gatewaytest.Binary(t, "lockgate")
 	if unsafe {
 		bin = gatewaytest.BinaryTagged(t, "lockgate", "lockgate_unprotected")
@@ -187,6 +225,8 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 	for i, n := range c.nodes {
 		urls[i] = n.URL()
 	}
+	c.startSentinel(t, 1)
+	urls[c.sentineled] = "redis-sentinel://" + c.sentinel.Addr() + "/" + sentinelName
 	for _, i := range c.proxied {
 		p, err := faultproxy.Start(c.nodes[i].Addr())
 		if err != nil {
@@ -196,6 +236,7 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		c.proxies = append(c.proxies, p)
 		urls[i] = "redis://" + p.Addr()
 	}
+	authFile := c.writeAuthFile(t, t.TempDir())
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	if unsafe {
 		env = append(env, UnsafeEnv+"=1")
@@ -213,10 +254,11 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 		for i, u := range own {
 			addrs[i] = strings.TrimPrefix(u, "redis://")
 		}
+		addrs[c.sentineled] = "sentinel:" + sentinelName + "@" + c.sentinel.Addr() // lockcore/redisnode's name
 		c.addrs = append(c.addrs, addrs)
 		g := &gateway{t: t, bin: bin, addr: freeport.Addr(t), env: env, log: &logTail{max: 64 << 10},
 			args: []string{"-redis", strings.Join(own, ","), "-min-ttl", "100ms", "-default-ttl", "1s",
-				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn"}}
+				"-max-ttl", "2s", "-max-wait", "5s", "-log-level", "warn", "-auth-file", authFile}}
 		if err := g.launch(); err != nil {
 			t.Fatalf("gateway: %v\n%s", err, g.log.String())
 		}
@@ -231,13 +273,66 @@ func startCluster(t *testing.T, unsafe bool) *cluster {
 	return c
 }
 
+// setNodes gives gateway g the node list urls from its next start on.
+func (g *gateway) setNodes(urls []string) {
+	i := slices.Index(g.args, "-redis")
+	g.args[i+1] = strings.Join(urls, ",")
+}
+
+// nodeURLs is gateway g's node list now.
+func (g *gateway) nodeURLs() []string {
+	return strings.Split(g.args[slices.Index(g.args, "-redis")+1], ",")
+}
+
+// startSentinel makes node i a primary that a Sentinel manages, with a
+// replica (the standby) of its own, and waits until the Sentinel knows
+// the replica (a forced failover needs one).
+func (c *cluster) startSentinel(t *testing.T, i int) {
+	t.Helper()
+	c.sentineled = i
+	c.standby = redistest.Start(t, &redistest.Options{AOF: true, Clock: true,
+		Args: []string{"--latency-monitor-threshold", "25", "--appendfsync", "everysec"}})
+	if _, err := c.standby.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(portOf(c.nodes[i].Addr()))); err != nil {
+		t.Fatal(err)
+	}
+	c.sentinel = redistest.StartSentinel(t, c.nodes[i], sentinelName)
+	if _, err := c.sentinel.Do("SENTINEL", "SET", sentinelName, "down-after-milliseconds", "60000"); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		replicas, err := c.sentinel.Do("SENTINEL", "REPLICAS", sentinelName)
+		if err == nil && strings.Contains(replicas, strconv.Itoa(portOf(c.standby.Addr()))) &&
+			c.standby.Info("master_link_status") == "up" {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the Sentinel does not know node %d's replica after 15 s: %q, %v", i, replicas, err)
+		}
+	}
+}
+
+// portOf is the port of a host:port address.
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// nodesNow returns the nodes as they are now, for a goroutine other than
+// the nemesis's.
+func (c *cluster) nodesNow() []*redistest.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
+}
+
 // healAll ends every fault still in place.
 func (c *cluster) healAll() {
 	for _, p := range slices.Concat(c.proxies, c.links) {
 		p.Heal()
 		p.SetKeepClients(false)
 	}
-	for _, n := range c.nodes {
+	for _, n := range append(slices.Clone(c.nodes), c.standby) {
 		if !n.Running() {
 			n.Restart()
 		} else {
@@ -308,7 +403,7 @@ func newStallLog(c *cluster, started time.Time) *stallLog {
 // sample reads every node's recorded stalls and keeps the new ones. A node
 // that does not answer within 300 ms (stopped, cut off) is skipped.
 func (l *stallLog) sample() {
-	for i, n := range l.c.nodes {
+	for i, n := range l.c.nodesNow() {
 		rdb := redis.NewClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true, MaxRetries: -1,
 			DialTimeout: 300 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -2,15 +2,28 @@
 // redis-server processes with AOF on (appendfsync everysec), two of them
 // behind a fault proxy (internal/faultproxy), and three lockgate gateway
 // processes built from ./cmd/lockgate, each reaching node 2 through a link
-// proxy of its own (so that one gateway's link alone can be slowed); 32
-// clients then acquire (in half the cycles with a Lease-Id of their own, in
-// the others with none, so that the gateway mints it), write to a fenced
-// register (package fencing) with their token, sometimes extend, and
-// release, while a nemesis kills, wipes, pauses and isolates nodes,
-// gateways and clients, restores a node from an older copy of its data,
-// cuts a node's AOF back as a host crash leaves an everysec node, switches
-// a proxied node's address to a server with older data (a failover to a
-// lagging replica), and restarts every gateway at once. Three kinds race
+// proxy of its own (so that one gateway's link alone can be slowed) and
+// node 1 through Redis Sentinel (node 1 is a primary with a replica of its
+// own, which the Sentinel fails over to only when the nemesis asks), with
+// access control on (a token for the clients, one for an operator allowed
+// only force releases); 32 clients then acquire (in half the cycles with a
+// Lease-Id of their own, in the others with none, so that the gateway
+// mints it), write to a fenced register (package fencing) with their
+// token, sometimes extend, and release; in one cycle of 8 they take a
+// permit of one of two semaphores of 2 permits over the HTTP API instead
+// (and write under the permit's key, extend, release, or in one of ten
+// let it expire), and in one of 100 they force-release a hot lock as the
+// operator, whoever holds it. Meanwhile a nemesis kills, wipes, pauses
+// and isolates nodes, gateways and clients, restores a node from an older
+// copy of its data, cuts a node's AOF back as a host crash leaves an
+// everysec node, switches a proxied node's address to a server with older
+// data (a failover to a lagging replica), kills node 1's primary and has
+// the Sentinel fail over to its replica at once (sentinel-failover: the
+// old primary comes back as the new one's replica), replaces node 0 by a
+// new, empty server one node at a time (node-replaced: every gateway in
+// turn restarts with a list without node 0, then every gateway in turn
+// with the new server in its place, so that any quorum of a list and of
+// the next share a node), and restarts every gateway at once. Three kinds race
 // a node's recovery:
 //
 //   - slow-recovery-link: one gateway's link to node 2 is slowed (replies
@@ -37,8 +50,22 @@
 //   - clock-drift: a node's clock runs 0.5 % fast (half the gateways'
 //     drift allowance) for two TTLs, then at real speed again, ahead by
 //     what it gained: its copies of locks expire early, within what the
-//     validity sets aside. A clock stepped past the allowance is outside
-//     the stated model and is not run.
+//     validity sets aside.
+//
+// And one outside lockgate's stated model:
+//
+//   - clock-step-outside-model: a node's clock steps 700 ms ahead (58
+//     times the drift allowance of a 1 s TTL), and a second later back:
+//     its copies of locks taken in the second before the first step
+//     expire at once, those taken between the steps 700 ms late. Its window (the
+//     fault plus settle) is checked like any other, but the C2, C3, C5
+//     and A violations found in it, and a model check that rejects the
+//     history until its acquires are marked (rule M7 of chaos/model: not
+//     held to the holder's end), are counted apart ("outside the model"
+//     in the log and the report) and fail no test.
+//     TestAClockStepIsCountedApartSchedule makes it happen on purpose (two
+//     of three in-process nodes stepped past a lock's validity) and fails
+//     unless the model's rejection is counted apart.
 //
 // Every operation is recorded as invoke / ok / fail / unknown on one
 // monotonic clock, and six checkers read the history:
@@ -62,10 +89,12 @@
 // the lock operations against a fenced mutex per resource (a lease ends at
 // its holder's invocation plus the validity answered; an operation whose
 // answer was lost may have taken effect or not), the writes against the
-// fenced store, and the semaphore test's permit operations against a
-// fenced semaphore of K permits. Unlike C1, the model check has no fault
-// windows: it holds at every moment. A history that is not linearizable
-// fails the test, and porcupine's history viewer (an HTML page) is written
+// fenced store, and the permit operations (TestFaults's over HTTP, K = 2,
+// and the semaphore test's) against a fenced semaphore of K permits. A
+// force release ends the holder's lease at its moment (rule M6). Unlike
+// C1, the model check has no fault windows: it holds at every moment
+// (but see clock-step-outside-model above). A history that is not
+// linearizable fails the test, and porcupine's history viewer (an HTML page) is written
 // to LOCKGATE_CHAOS_DIR, or a new directory under the system's temporary
 // one, whose path the test logs; the time each check took is logged and
 // goes to RELIABILITY.md.
@@ -128,7 +157,13 @@
 //     cluster waits out the quarantine and the models accept the history;
 //     its second play hides every node's witnesses
 //     (redisnode.Node.HideWitnesses) and fails unless the mutex model
-//     rejects the history.
+//     rejects the history;
+//   - TestForceReleaseOfAGrantInFlightSchedule (a force release racing an
+//     acquire): three in-process nodes, one counter ahead; a force release
+//     breaks L1 while L1's raise of the lagging counters is held up, and
+//     L2 is granted a lower token than L1 is then answered. An open bug
+//     (RELIABILITY.md's bug 15): skipped unless LOCKGATE_CHAOS_FORCE_RACE=1,
+//     and then the mutex model rejects the history.
 //
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
 // is always logged); LOCKGATE_CHAOS_DURATION overrides the long profile's
@@ -138,7 +173,14 @@
 //
 // TestFaults runs with the protection on and fails on any C2, C3, C5 or A
 // violation, on a C1 violation in a fault-free window, on a C4 miss, on a
-// history the models reject, and on any 5xx other than 503.
+// history the models reject, and on any 5xx other than 503 (all but what
+// lies in the windows of the fault outside the model). A force release
+// waits for the acquires of its resource in flight, and holds new ones
+// back, until it is answered, and is not sent within 5 s of an acquire of
+// its resource whose answer was lost: LOCKGATE_CHAOS_FORCE_RACE=1 lets it
+// race them, which shows an open bug of lockcore's force release (a grant it
+// breaks before that grant was answered lets the next grant repeat its
+// token; RELIABILITY.md's bug table).
 // TestFaultsCatchC2WithoutProtection starts gateways built with the
 // lockgate_unprotected tag and LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (a
 // production build ignores it), plays only the two episodes with no

@@ -7,6 +7,25 @@ import (
 	"time"
 )
 
+// Besides locks, the fault suite's clients take permits of two semaphores
+// of workloadK permits in one cycle of permitEvery, and act as an operator
+// who force-releases a hot lock, whoever holds it, in one cycle of
+// forceEvery.
+const (
+	workloadK   = 2
+	permitEvery = 8
+	forceEvery  = 100
+)
+
+const (
+	// driftAllowance is the gateways' drift allowance for the fault
+	// suite's TTL of 1 s (lockcore: 1 % of the TTL plus 2 ms).
+	driftAllowance = time.Second/100 + 2*time.Millisecond
+	// clockStep is how far the fault suite's clock-step kind moves a
+	// node's clock ahead (and back).
+	clockStep = 700 * time.Millisecond
+)
+
 // Op is the kind of a recorded operation.
 type Op uint8
 
@@ -152,6 +171,35 @@ type Fault struct {
 	// Gateways are the gateways (indexes) the fault stopped: a request
 	// sent to one of them waits, unanswered, until the fault ends.
 	Gateways []int
+	// Outside marks a fault outside lockgate's stated model (a node's
+	// clock stepped past the drift allowance): what the checkers find in
+	// its window is counted apart and fails no test (see Outside).
+	Outside bool
+}
+
+// Outside returns the windows of the faults outside the model: each from
+// its start to its end plus settle.
+func Outside(faults []Fault, settle time.Duration) windows {
+	var out []Fault
+	for _, f := range faults {
+		if f.Outside {
+			out = append(out, f)
+		}
+	}
+	return faultWindows(out, settle)
+}
+
+// SplitOutside moves the violations whose moment (At) lies in a window of
+// w out of v.
+func SplitOutside(v []Violation, w windows) (inside, outside []Violation) {
+	for _, x := range v {
+		if w.touches(x.At, x.At) {
+			outside = append(outside, x)
+		} else {
+			inside = append(inside, x)
+		}
+	}
+	return inside, outside
 }
 
 // Stall is an event a node recorded as slower than the latency monitor's

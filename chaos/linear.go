@@ -7,15 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/lockgate/lockgate/chaos/model"
 )
 
 // LockOps returns the history's lock operations (acquire, extend, release,
 // force release) for model.Mutex. A release that failed is stepped as
 // Maybe: its holder stopped acting as one when it sent it, and a 503 may
-// follow the deletion of the lease's copies on some nodes. An acquire
-// whose answer was lost before it named a minted lease gets a lease of its
-// own, never seen again.
+// follow the deletion of the lease's copies on some nodes; so is a force
+// release answered 503 (rule M6). An acquire whose answer was lost before
+// it named a minted lease gets a lease of its own, never seen again.
 func LockOps(events []Event) []model.Op {
 	var out []model.Op
 	for i, e := range events {
@@ -28,7 +30,7 @@ func LockOps(events []Event) []model.Op {
 		if o.Lease == "" && k != model.ForceRelease {
 			o.Lease = fmt.Sprintf("unnamed-%d", i)
 		}
-		if k == model.Release && o.Outcome == model.Fail {
+		if k == model.Release && o.Outcome == model.Fail || k == model.ForceRelease && e.Status == 503 {
 			o.Outcome = model.Maybe
 		}
 		out = append(out, o)
@@ -107,6 +109,53 @@ func CheckModels(events []Event, k int) []model.Result {
 		res = append(res, model.Check(fmt.Sprintf("semaphore(%d)", k), model.Semaphore(k), model.History(p, false), modelTimeout))
 	}
 	return res
+}
+
+// CheckModelsOutside is CheckModels for a history with windows outside
+// lockgate's stated model (see Outside). A mutex or semaphore check that
+// rejects the history is made again with every acquire that overlaps a
+// window marked Outside (rule M7 of package model): if the model then
+// accepts the history, the strict rejection goes to outside (counted
+// apart; it fails no test) and res holds the marked check under the same
+// name; otherwise res holds the rejection. The store's rules do not hang
+// on the clock and are never relaxed.
+func CheckModelsOutside(events []Event, k int, w windows) (res, outside []model.Result) {
+	res = CheckModels(events, k)
+	if len(w) == 0 {
+		return res, nil
+	}
+	for i, r := range res {
+		var ops []model.Op
+		var m porcupine.Model
+		switch {
+		case r.Verdict == porcupine.Ok:
+			continue
+		case r.Model == "mutex":
+			ops, m = LockOps(events), model.Mutex
+		case strings.HasPrefix(r.Model, "semaphore"):
+			ops, m = PermitOps(events), model.Semaphore(k)
+		default:
+			continue
+		}
+		marked := false
+		for j, o := range ops {
+			end := o.Complete
+			if o.Outcome == model.Unknown {
+				end = model.Never
+			}
+			if o.Kind == model.Acquire && w.touches(o.Invoke, end) {
+				ops[j].Outside, marked = true, true
+			}
+		}
+		if !marked {
+			continue
+		}
+		if relaxed := model.Check(r.Model, m, model.History(ops, false), modelTimeout); relaxed.Verdict == porcupine.Ok {
+			outside = append(outside, r)
+			res[i] = relaxed
+		}
+	}
+	return res, outside
 }
 
 // modelTB is what reportModels needs of a test.

@@ -7,9 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/redistest"
 )
 
 // Fault kinds. Every profile injects each at least once.
@@ -62,10 +66,34 @@ const (
 	// ahead by what it gained, as a drifting host clock that NTP slews:
 	// its copies of locks expire early, within what the validity sets
 	// aside. Within lockgate's stated model (RELIABILITY.md's clock
-	// assumptions); a clock stepped past the allowance is not, and is not
-	// run.
+	// assumptions); a clock stepped past the allowance is not (below).
 	kindClockDrift = "clock-drift"
+	// A node's wall clock steps clockStep ahead (an NTP step, a VM
+	// resumed), far past the drift allowance, and a TTL later back: its
+	// copies of locks taken in the TTL before the first step expire early,
+	// those taken between the steps late. Outside lockgate's stated model
+	// (Fault.Outside): its window is checked, and what is found there is
+	// counted apart.
+	kindClockStep = "clock-step-outside-model"
+	// The primary of the node that Redis Sentinel manages is killed and
+	// the Sentinel made to fail over to its replica at once (SENTINEL
+	// FAILOVER): the gateways, which reach the node through the Sentinel,
+	// meet a new server process with what the replica had received. The
+	// old primary restarts from its AOF as the new one's replica.
+	kindSentinel = "sentinel-failover"
+	// Node 0 dies for good and is replaced by a new, empty server, one
+	// node at a time: every gateway, one after another, restarts with a
+	// list without node 0 (four nodes), then every gateway, one after
+	// another, with the new server in its place (five), as an operator's
+	// rolling restarts would do. Any quorum of a list and of the next one
+	// share a node; the new server is recovered from the others before it
+	// counts (rule 7 of lockcore's doc).
+	kindReplace = "node-replaced"
 )
+
+// replaced is the node that kindReplace replaces: neither behind a proxy
+// nor a link, nor the Sentinel's.
+const replaced = 0
 
 // clockDriftRate is how fast a clock-drift node's clock runs.
 const clockDriftRate = 1.005
@@ -76,7 +104,7 @@ const episodeEvery = 30
 
 var randomKinds = []string{kindKill9, kindEmpty, kindStop, kindDelay, kindDropReplies, kindCut,
 	kindGwKill, kindGwPause, kindClientPause, kindRestore, kindTailLoss, kindFailover, kindGwAll,
-	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift}
+	kindSlowLink, kindRecovering, kindKeepProxy, kindClockDrift, kindClockStep, kindSentinel, kindReplace}
 
 // nemesis injects faults one after another; none lasts longer than a few
 // TTLs, at most two nodes are faulty at a time, and after a node lost its
@@ -88,6 +116,7 @@ type nemesis struct {
 	rng     *rand.Rand
 	ttl     time.Duration
 	healGap time.Duration
+	gap     time.Duration // the shortest pause between two faults (the longest: three times that)
 
 	mu     sync.Mutex
 	faults []Fault
@@ -205,6 +234,20 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		n.cl.nodes[i].SetClock(0, 1)
 		f.End = n.now()
 		n.add(f)
+	case kindClockStep:
+		i := n.rng.IntN(len(n.cl.nodes))
+		f := Fault{Kind: kind, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, Outside: true}
+		n.cl.nodes[i].SetClock(clockStep, 1)
+		sleepCtx(ctx, n.ttl) // the load's copies from before the step (TTL 1s) are gone by then
+		// Back to the true time, as a later NTP correction would bring it:
+		// the copies taken since live clockStep longer on this node alone.
+		n.cl.nodes[i].SetClock(-clockStep, 1)
+		f.End = n.now()
+		n.add(f)
+	case kindSentinel:
+		n.sentinelFailover(ctx)
+	case kindReplace:
+		n.replaceNode(ctx)
 	case kindSlowLink:
 		n.slowRecoveryLink(ctx)
 	case kindRecovering:
@@ -294,6 +337,78 @@ func (n *nemesis) slowRecoveryLink(ctx context.Context) {
 	link.Heal()
 	n.lost(f, i)
 	sleepCtx(ctx, n.healGap)
+}
+
+// sentinelFailover plays kindSentinel.
+func (n *nemesis) sentinelFailover(ctx context.Context) {
+	i := n.cl.sentineled
+	old, promoted := n.cl.nodes[i], n.cl.standby
+	// The Sentinel learns of a replica from its primary's INFO (every 10 s
+	// outside a failover): the replica must be known and in sync first.
+	if !poll(ctx, 15*time.Second, func() bool {
+		replicas, err := n.cl.sentinel.Do("SENTINEL", "REPLICAS", sentinelName)
+		return err == nil && strings.Contains(replicas, strconv.Itoa(portOf(promoted.Addr()))) &&
+			promoted.Info("master_link_status") == "up"
+	}) {
+		n.t.Logf("%s: the Sentinel does not know node %d's replica in sync; not played", kindSentinel, i)
+		return
+	}
+	f := Fault{Kind: kindSentinel, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	old.Kill()
+	if _, err := n.cl.sentinel.Do("SENTINEL", "FAILOVER", sentinelName); err != nil {
+		n.t.Errorf("%s: SENTINEL FAILOVER: %v", kindSentinel, err)
+	}
+	if !poll(ctx, 10*time.Second, func() bool { return promoted.Info("role") == "master" }) {
+		n.t.Errorf("%s: the replica of node %d was not promoted within 10 s", kindSentinel, i)
+	}
+	n.cl.mu.Lock()
+	n.cl.nodes[i], n.cl.standby = promoted, old
+	n.cl.mu.Unlock()
+	old.Restart()
+	if _, err := old.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(portOf(promoted.Addr()))); err != nil {
+		n.t.Errorf("%s: %v", kindSentinel, err)
+	}
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// replaceNode plays kindReplace.
+func (n *nemesis) replaceNode(ctx context.Context) {
+	i := replaced
+	old := n.cl.nodes[i]
+	f := Fault{Kind: kindReplace, Target: n.nodeName(i), Start: n.now(), Nodes: []int{i}, DataLoss: true}
+	for g := range n.cl.gws {
+		f.Gateways = append(f.Gateways, g) // each is restarted once or twice
+	}
+	oldURL := old.URL()
+	old.Kill()
+	for _, g := range n.cl.gws {
+		g.setNodes(slices.DeleteFunc(g.nodeURLs(), func(u string) bool { return u == oldURL }))
+		g.restart()
+	}
+	fresh := redistest.Start(n.t, &redistest.Options{AOF: true, Clock: true,
+		Args: []string{"--latency-monitor-threshold", "25", "--appendfsync", "everysec"}})
+	for k, g := range n.cl.gws {
+		g.setNodes(slices.Insert(g.nodeURLs(), i, fresh.URL()))
+		n.cl.addrs[k][i] = fresh.Addr()
+		g.restart()
+	}
+	n.cl.mu.Lock()
+	n.cl.nodes[i] = fresh
+	n.cl.mu.Unlock()
+	n.lost(f, i)
+	sleepCtx(ctx, n.healGap)
+}
+
+// poll calls cond every 20 ms until it holds, for at most d, and reports
+// whether it held.
+func poll(ctx context.Context, d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
 
 // restartDuringRecovery plays kindRecovering.
@@ -568,6 +683,6 @@ func (n *nemesis) run(must, ctx context.Context, episodeOnly bool, maxFaults int
 			n.episodeLiveHolder(c)
 		}
 		n.inject(c, kind)
-		sleepCtx(c, time.Duration(500+n.rng.IntN(1000))*time.Millisecond)
+		sleepCtx(c, n.gap+time.Duration(n.rng.Int64N(2*int64(n.gap)+1)))
 	}
 }

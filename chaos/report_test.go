@@ -22,6 +22,7 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		MemAfter: []NodeMemory{{Keys: 7, UsedMemory: 2000}}, MaxFaultyNodes: 1, WipedNodes: []int{0}}
 	_, s.Gaps = CheckC4(events, faults, s.Bound, s.Bound, s.Duration)
 	s.Unprotected = &Summary{Seed: 7, C2: s.C2}
+	s.Outside = []Violation{{Check: "C2", Resource: "r", At: ms(40), Detail: "a clock step"}}
 	md := s.Markdown()
 	for _, want := range []string{
 		"LOCKGATE_CHAOS_SEED=42",
@@ -38,6 +39,9 @@ func TestMarkdownReportsWhatTheRunFound(t *testing.T) {
 		"C2 **1 violations**, C3 none",
 		"## What is not guaranteed",
 		"A majority of the nodes losing data at once",
+		"counted, not judged | 1 violations; 0 model checks |",
+		"steps one node's clock 700ms ahead (58 times the",
+		"| force-release | 0 | 0 | 0 |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,17 +18,42 @@ import (
 	"github.com/lockgate/lockgate/fencing"
 )
 
+// ForceRaceEnv, set to 1, lets a force release of a hot lock run while an
+// acquire of it is in flight. By default a force release waits for the
+// acquires of its resource in flight, and holds new ones back, until it is
+// answered, and is not sent within forceQuiet of an acquire of its
+// resource whose answer was lost (the gateway may still be granting it):
+// a force release that breaks a grant not yet answered (its token not yet
+// fenced on a quorum) lets the next grant repeat its token, a bug of
+// lockcore's force release that the models and C2 catch (see
+// RELIABILITY.md's bug table). The holders' extends, releases and writes
+// race it either way.
+const ForceRaceEnv = "LOCKGATE_CHAOS_FORCE_RACE"
+
+// forceQuiet is how long after an acquire's lost answer a force release
+// of its resource waits: the gateways' largest wait (-max-wait 5s) bounds
+// how long a request they took keeps acting.
+const forceQuiet = 5 * time.Second
+
 // workload is the clients' side of a run.
 type workload struct {
-	rec   *Recorder
-	reg   *Register
-	cl    *cluster
-	http  *http.Client
-	ttl   time.Duration
-	hot   []string
-	cold  []string
-	seed  uint64
-	think time.Duration // mean pause between two cycles of one client
+	rec  *Recorder
+	reg  *Register
+	cl   *cluster
+	http *http.Client
+	ttl  time.Duration
+	hot  []string
+	cold []string
+	sems []string // semaphores of workloadK permits
+	// forcing[i] keeps a force release of hot[i] apart from its acquires
+	// in flight (see ForceRaceEnv), unless forceRace.
+	forcing   []sync.RWMutex
+	forceRace bool
+	// lostAt[i] is when an acquire of hot[i] last ended without an answer
+	// (run time, ns; 0: never).
+	lostAt []atomic.Int64
+	seed   uint64
+	think  time.Duration // mean pause between two cycles of one client
 
 	// pauseReq[i] asks client i to stall past its TTL between its next grant
 	// and the write; it reports the stall on pauseDone.
@@ -47,13 +73,18 @@ func newWorkload(rec *Recorder, cl *cluster, clients int, seed uint64, ttl time.
 	for i := range 64 {
 		w.cold = append(w.cold, fmt.Sprintf("cold-%02d", i))
 	}
+	w.sems = []string{"sem-0", "sem-1"}
+	w.forcing = make([]sync.RWMutex, len(w.hot))
+	w.lostAt = make([]atomic.Int64, len(w.hot))
+	w.forceRace = os.Getenv(ForceRaceEnv) == "1"
 	return w
 }
 
-// lockReply is the part of a lock answer the clients use.
+// lockReply is the part of a lock's or a permit's answer the clients use.
 type lockReply struct {
 	FencingToken uint64 `json:"fencing_token"`
 	ValidityMs   int64  `json:"validity_ms"`
+	Permit       int    `json:"permit"`
 }
 
 // call sends one lock request and records it. The returned event carries
@@ -64,17 +95,44 @@ func (w *workload) call(ctx context.Context, client, gw int, op Op, res, lease, 
 
 // send is call with the marks of a foreign lease.
 func (w *workload) send(ctx context.Context, client, gw int, op Op, res, lease, body string, foreign, never bool) Event {
-	method := map[Op]string{OpAcquire: http.MethodPut, OpExtend: http.MethodPatch, OpRelease: http.MethodDelete}[op]
-	e := Event{Client: client, Op: op, Resource: res, Lease: lease, Gateway: gw, Foreign: foreign, NeverGranted: never}
-	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), method,
-		w.cl.gws[gw].base()+"/locks/"+res, strings.NewReader(body))
+	return w.request(ctx, Event{Client: client, Op: op, Resource: res, Lease: lease, Gateway: gw, Foreign: foreign,
+		NeverGranted: never}, body)
+}
+
+// request sends e's operation (Op, Resource, Lease, Gateway; Permit and
+// Permits for a permit's) with body, completes e from the answer and
+// records it: the lock routes for OpAcquire, OpExtend and OpRelease, the
+// force release (the operator's token, no Lease-Id) for OpForceRelease,
+// the semaphore routes for the permit operations.
+func (w *workload) request(ctx context.Context, e Event, body string) Event {
+	base := w.cl.gws[e.Gateway].base()
+	method, url, bearer := "", base+"/locks/"+e.Resource, w.cl.clientToken
+	switch e.Op {
+	case OpAcquire:
+		method = http.MethodPut
+	case OpExtend:
+		method = http.MethodPatch
+	case OpRelease:
+		method = http.MethodDelete
+	case OpForceRelease:
+		method, url, bearer = http.MethodDelete, url+"?force=true", w.cl.operatorToken
+	case OpPermitAcquire:
+		method, url = http.MethodPut, base+"/semaphores/"+e.Resource+"/permits"
+	case OpPermitExtend, OpPermitRelease:
+		method = map[Op]string{OpPermitExtend: http.MethodPatch, OpPermitRelease: http.MethodDelete}[e.Op]
+		url = fmt.Sprintf("%s/semaphores/%s/permits/%d", base, e.Resource, e.Permit)
+	default:
+		panic(fmt.Sprintf("chaos: no route for %v", e.Op)) // the inputs are the test's own
+	}
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), method, url, strings.NewReader(body))
 	if err != nil {
 		panic(err) // the inputs are the test's own
 	}
-	if lease != "" {
-		req.Header.Set("Lease-Id", lease)
-	} else {
-		e.Minted = true // only acquires are sent without one
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	if e.Lease != "" {
+		req.Header.Set("Lease-Id", e.Lease)
+	} else if e.Op == OpAcquire || e.Op == OpPermitAcquire {
+		e.Minted = true // the gateway mints the lease
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -106,12 +164,18 @@ func (w *workload) send(ctx context.Context, client, gw int, op Op, res, lease, 
 		e.Outcome = Unknown
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		e.Outcome = Ok
-		if op != OpRelease {
+		if e.Op == OpAcquire || e.Op == OpExtend || e.Op == OpPermitAcquire || e.Op == OpPermitExtend {
 			var r lockReply
 			if json.Unmarshal(data, &r) != nil || r.FencingToken == 0 {
 				e.Outcome = Unknown
 			}
 			e.Token, e.ValidFor = r.FencingToken, time.Duration(r.ValidityMs)*time.Millisecond
+			if e.Op == OpPermitAcquire {
+				e.Permit = r.Permit
+				if r.Permit < 0 || r.Permit >= e.Permits {
+					e.Permit = e.Permits // a permit out of range: the semaphore model rejects it (S1)
+				}
+			}
 		}
 		if e.Minted {
 			// The lease the gateway minted. An answer without one is a
@@ -125,6 +189,9 @@ func (w *workload) send(ctx context.Context, client, gw int, op Op, res, lease, 
 		e.Outcome = Fail
 	default:
 		e.Outcome = Unknown // a 5xx other than 503 is itself worth a look: see summary
+	}
+	if e.Op == OpPermitAcquire && e.Outcome != Ok {
+		e.Permit = -1 // no answer named one
 	}
 	w.rec.Add(e)
 	return e
@@ -172,10 +239,29 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 		if !sleepCtx(ctx, time.Duration(rng.Int64N(int64(2*w.think)))) {
 			return
 		}
-		res := w.cold[rng.IntN(len(w.cold))]
+		if rng.IntN(forceEvery) == 0 {
+			h, gw := rng.IntN(len(w.hot)), rng.IntN(len(w.cl.gws))
+			if w.forceRace {
+				w.request(ctx, Event{Client: id, Op: OpForceRelease, Resource: w.hot[h], Gateway: gw}, "")
+				continue
+			}
+			w.forcing[h].Lock()
+			// Not while an acquire of it may still be under way in a gateway.
+			if at := w.lostAt[h].Load(); at == 0 || w.rec.Now()-time.Duration(at) >= forceQuiet {
+				w.request(ctx, Event{Client: id, Op: OpForceRelease, Resource: w.hot[h], Gateway: gw}, "")
+			}
+			w.forcing[h].Unlock()
+			continue
+		}
+		if rng.IntN(permitEvery) == 0 {
+			w.permitCycle(ctx, id, rng)
+			continue
+		}
+		res, hot := w.cold[rng.IntN(len(w.cold))], -1
 		wait := 0
 		if rng.IntN(100) < 60 {
-			res = w.hot[rng.IntN(len(w.hot))]
+			hot = rng.IntN(len(w.hot))
+			res = w.hot[hot]
 			if rng.IntN(3) == 0 {
 				wait = 300
 			}
@@ -189,7 +275,16 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 		if rng.IntN(2) == 0 {
 			lease = w.newLease(id, rng)
 		}
+		if hot >= 0 && !w.forceRace {
+			w.forcing[hot].RLock()
+		}
 		a := w.call(ctx, id, gw, OpAcquire, res, lease, fmt.Sprintf(`{"ttl_ms":%d,"wait_ms":%d}`, ttlMs, wait))
+		if hot >= 0 && !w.forceRace {
+			if a.Outcome == Unknown {
+				w.lostAt[hot].Store(int64(a.Complete))
+			}
+			w.forcing[hot].RUnlock()
+		}
 		if a.Outcome != Ok {
 			continue
 		}
@@ -218,6 +313,41 @@ func (w *workload) client(ctx context.Context, id, maxCycles int) {
 			w.foreign(ctx, id, rng, res, w.newLease(id, rng)+"-x")
 		}
 	}
+}
+
+// permitCycle takes a permit of a semaphore (a lease of the client's own
+// or minted), writes to the fenced register under the permit's key with
+// its token, sometimes extends it (and writes again), and releases it, or
+// in one cycle of ten leaves it to expire, as a holder that died.
+func (w *workload) permitCycle(ctx context.Context, id int, rng *rand.Rand) {
+	ttlMs := w.ttl.Milliseconds()
+	sem, gw, lease, wait := w.sems[rng.IntN(len(w.sems))], rng.IntN(len(w.cl.gws)), "", 0
+	if rng.IntN(2) == 0 {
+		lease = w.newLease(id, rng)
+	}
+	if rng.IntN(3) == 0 {
+		wait = 300
+	}
+	e := Event{Client: id, Op: OpPermitAcquire, Resource: sem, Lease: lease, Gateway: gw, Permits: workloadK}
+	a := w.request(ctx, e, fmt.Sprintf(`{"permits":%d,"ttl_ms":%d,"wait_ms":%d}`, workloadK, ttlMs, wait))
+	if a.Outcome != Ok {
+		return
+	}
+	key := fmt.Sprintf("%s-permit-%d", sem, a.Permit) // the fence is per permit
+	w.write(ctx, id, key, a.Lease, a.Token)
+	e.Lease, e.Permit = a.Lease, a.Permit
+	if rng.IntN(4) == 0 {
+		e.Op = OpPermitExtend
+		if x := w.request(ctx, e, fmt.Sprintf(`{"ttl_ms":%d}`, ttlMs)); x.Outcome == Ok {
+			w.write(ctx, id, key, a.Lease, x.Token)
+		}
+	}
+	if rng.IntN(10) == 0 {
+		return // dies holding the permit
+	}
+	sleepCtx(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+	e.Op = OpPermitRelease
+	w.request(ctx, e, "")
 }
 
 // foreign sends an extend or a release with a lease that is not the

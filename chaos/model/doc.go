@@ -38,7 +38,8 @@
 //	    history. A release that failed is the exception: its holder gave
 //	    the lock up when it sent it, and a 503 may come after the lease's
 //	    copies were deleted on some nodes, so it is stepped as Maybe (as
-//	    Unknown, but by its completion).
+//	    Unknown, but by its completion); so is a force release answered
+//	    503 (M6).
 //	M1  An acquire by a lease that does not hold the lock is granted no
 //	    earlier than the holder's end: At is raised to the end, and the
 //	    grant is illegal if that is after the acquire completed. The end is
@@ -59,7 +60,7 @@
 //	    raises the highest token answered; its end is its invocation plus
 //	    the validity answered, if later than the holder's end.
 //	M4  A release or force release that took effect leaves no holder. A
-//	    force release names no lease. Tokens go on from the highest.
+//	    force release names no lease (M6). Tokens go on from the highest.
 //	M5  An Unknown acquire either did nothing or granted its lease with no
 //	    validity promised to anyone (the client never learnt of the grant,
 //	    so its end is its invocation) and no token known: a later Ok
@@ -68,10 +69,29 @@
 //	    the holder's lease (M3, M4). An Unknown extend changed nothing any
 //	    client was promised: it is a no-op, left out of the history. The
 //	    branch where an unsure operation did nothing leaves At alone.
+//	M6  A force release that took effect ends the holder's lease at its
+//	    moment, whatever validity the holder was answered: a grant to
+//	    another lease after it is not held to the broken holder's end (M1),
+//	    and the broken holder's extends and releases after it are not Ok
+//	    (M3). It does not lower the tokens (M4): the next grant's is above
+//	    the broken one's (M2). A force release answered 503 is stepped as
+//	    Maybe (it may have deleted the lock's copies on a majority before
+//	    its answer, as a failed release may); one answered 404 (no node of
+//	    a quorum held the lock) or refused (401, 403) is left out (M0). A
+//	    force release never lets a grant stand beside a holder granted
+//	    after it: it acts once, at one moment.
+//	M7  An acquire marked Outside (it overlapped a fault outside
+//	    lockgate's stated model, such as a node's clock stepped past the
+//	    drift allowance, which lets that node forget a lock early) is not
+//	    held to the holder's end: M1 does not apply to it; M2 to M6 do.
+//	    The fault suite checks each history without the marks first, and
+//	    counts apart, without failing, a history that only the marks make
+//	    linearizable.
 //
 // # The fenced semaphore (Semaphore), one partition per permit
 //
-// K permits, each a fenced mutex of its own (M1 to M5 per permit), and
+// K permits, each a fenced mutex of its own (M1 to M5 per permit; a
+// permit has no force release), and
 // every Ok operation names the permit it took or acted on. Since the
 // permits are apart, the history is partitioned by semaphore and permit.
 //
@@ -99,5 +119,6 @@
 // Liveness (that an acquire is granted soon after a fault heals) is C4's,
 // and the answers a definite failure gave (a 404 to a holder's release) are
 // checker A's. The models trust the clock: a gateway or node whose clock
-// runs faster than the drift allowance can break M1 without a bug.
+// runs faster than the drift allowance, or is stepped past it, can break
+// M1 without a bug (M7 is how the suite tells such a history apart).
 package model

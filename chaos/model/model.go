@@ -71,6 +71,11 @@ type Op struct {
 	Valid time.Duration
 	// Permit is the permit an Ok semaphore operation took or named.
 	Permit int
+	// Outside marks an operation that overlapped a fault outside
+	// lockgate's stated model (a node's clock stepped past the drift
+	// allowance): an acquire so marked is not held to the holder's end
+	// (rule M7).
+	Outside bool
 	// Detail is shown with the operation in a history viewer.
 	Detail string
 }
@@ -106,6 +111,9 @@ func (o Op) String() string {
 	}
 	if o.Detail != "" {
 		s += " (" + o.Detail + ")"
+	}
+	if o.Outside {
+		s += " [outside the model]"
 	}
 	return s
 }
@@ -214,7 +222,7 @@ func (l lock) step(at0 time.Duration, o Op) (outs []lock, ats []time.Duration) {
 				return outs, ats
 			}
 			g, gat := l, at
-			if g.holder != "" {
+			if g.holder != "" && !o.Outside { // M1, M7
 				gat = max(gat, g.end)
 			}
 			// The grant's token is above every token before it.
@@ -227,8 +235,8 @@ func (l lock) step(at0 time.Duration, o Op) (outs []lock, ats []time.Duration) {
 				return nil, nil
 			}
 		} else {
-			if l.holder != "" {
-				at = max(at, l.end) // M1
+			if l.holder != "" && !o.Outside {
+				at = max(at, l.end) // M1, M7
 				if at > o.end() {
 					return nil, nil
 				}
@@ -257,7 +265,9 @@ func (l lock) step(at0 time.Duration, o Op) (outs []lock, ats []time.Duration) {
 		if o.Kind == Release && l.holder != o.Lease { // M3
 			return outs, ats
 		}
-		if o.Outcome.unsure() { // M5
+		// M6: a force release frees the lock whatever the holder's end,
+		// at its own moment; the tokens stay (M4).
+		if o.Outcome.unsure() { // M5, M6
 			return append(outs, free), append(ats, at)
 		}
 		return []lock{free}, []time.Duration{at} // M4
@@ -272,7 +282,7 @@ type mutexState struct {
 	at time.Duration
 }
 
-// Mutex is the fenced mutex per resource (rules M0 to M5).
+// Mutex is the fenced mutex per resource (rules M0 to M7).
 var Mutex = (&porcupine.NondeterministicModel{
 	Partition: byKey,
 	Init:      func() []any { return []any{mutexState{}} },

@@ -21,6 +21,7 @@ func maybe(o Op) Op         { o.Outcome = Maybe; return o }
 func failed(o Op) Op        { o.Outcome = Fail; return o }
 func permit(o Op, p int) Op { o.Permit = p; return o }
 func key(o Op, k string) Op { o.Key = k; return o }
+func outside(o Op) Op       { o.Outside = true; return o }
 
 func check(t *testing.T, m porcupine.Model, ops []Op, keepFailures bool, want porcupine.CheckResult) {
 	t.Helper()
@@ -105,6 +106,66 @@ func TestMutex(t *testing.T) {
 		}, porcupine.Ok},
 		{"a force release lets the next holder in, with a higher token", []Op{
 			op(0, Acquire, "a", 0, 10, 1, 1000), op(2, ForceRelease, "", 100, 110, 0, 0), op(1, Acquire, "b", 120, 130, 2, 1000),
+		}, porcupine.Ok},
+		// M6: a force release ends the holder's lease at its moment, once.
+		{"a force release ends the holder's validity early", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 10000), op(2, ForceRelease, "", 100, 110, 0, 0), op(1, Acquire, "b", 120, 130, 2, 10000),
+			op(2, ForceRelease, "", 200, 210, 0, 0), op(0, Acquire, "c", 220, 230, 3, 10000),
+		}, porcupine.Ok},
+		{"a force release does not free a lock granted after it", []Op{
+			op(2, ForceRelease, "", 0, 10, 0, 0), op(0, Acquire, "a", 20, 30, 1, 1000), op(1, Acquire, "b", 100, 110, 2, 1000),
+		}, porcupine.Illegal},
+		{"one force release does not break two holders", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), op(2, ForceRelease, "", 100, 110, 0, 0), op(1, Acquire, "b", 120, 130, 2, 1000),
+			op(3, Acquire, "c", 200, 210, 3, 1000),
+		}, porcupine.Illegal},
+		{"a force release of another resource frees nothing here", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), key(op(2, ForceRelease, "", 100, 110, 0, 0), "s"), op(1, Acquire, "b", 120, 130, 2, 1000),
+		}, porcupine.Illegal},
+		{"the next holder after a force release repeats the broken token", []Op{
+			op(0, Acquire, "a", 0, 10, 5, 1000), op(2, ForceRelease, "", 100, 110, 0, 0), op(1, Acquire, "b", 120, 130, 5, 1000),
+		}, porcupine.Illegal},
+		{"the broken holder extends after the force release", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), op(2, ForceRelease, "", 100, 110, 0, 0), op(0, Extend, "a", 200, 210, 1, 1000),
+		}, porcupine.Illegal},
+		{"the broken holder's release after the force release answered 404", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), op(2, ForceRelease, "", 100, 110, 0, 0), maybe(op(0, Release, "a", 200, 210, 0, 0)),
+			op(1, Acquire, "b", 220, 230, 2, 1000),
+		}, porcupine.Ok},
+		{"an extend concurrent with a force release is ordered before it", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), op(0, Extend, "a", 100, 200, 1, 1000), op(2, ForceRelease, "", 150, 160, 0, 0),
+			op(1, Acquire, "b", 300, 310, 2, 1000),
+		}, porcupine.Ok},
+		{"a force release answered 503 may have freed the lock", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), maybe(op(2, ForceRelease, "", 100, 110, 0, 0)), op(1, Acquire, "b", 120, 130, 2, 1000),
+		}, porcupine.Ok},
+		{"a force release answered 503 acts before its answer", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), maybe(op(2, ForceRelease, "", 500, 510, 0, 0)), op(1, Acquire, "b", 100, 110, 2, 1000),
+		}, porcupine.Illegal},
+		{"an unanswered force release may land long after it was sent", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 5000), unknown(op(2, ForceRelease, "", 20, 0, 0, 0)), op(1, Acquire, "b", 3000, 3010, 2, 1000),
+		}, porcupine.Ok},
+		{"an unanswered force release breaks at most one holder", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 5000), unknown(op(2, ForceRelease, "", 20, 0, 0, 0)), op(1, Acquire, "b", 3000, 3010, 2, 5000),
+			op(3, Acquire, "c", 4000, 4010, 3, 1000),
+		}, porcupine.Illegal},
+		{"a force release of a free lock", []Op{
+			op(2, ForceRelease, "", 0, 10, 0, 0), op(0, Acquire, "a", 20, 30, 1, 1000),
+		}, porcupine.Ok},
+		// M7: an acquire outside the model is not held to the holder's end.
+		{"a grant beside a live holder, outside the model", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), outside(op(1, Acquire, "b", 200, 210, 2, 1000)),
+		}, porcupine.Ok},
+		{"a grant outside the model still carries a higher token", []Op{
+			op(0, Acquire, "a", 0, 10, 2, 1000), outside(op(1, Acquire, "b", 200, 210, 2, 1000)),
+		}, porcupine.Illegal},
+		{"a grant after one outside the model is held to its end", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), outside(op(1, Acquire, "b", 200, 210, 2, 1000)),
+			op(2, Acquire, "c", 400, 410, 3, 1000),
+		}, porcupine.Illegal},
+		{"an unanswered grant outside the model", []Op{
+			op(0, Acquire, "a", 0, 10, 1, 1000), outside(unknown(op(1, Acquire, "u", 200, 0, 0, 0))),
+			op(1, Extend, "u", 300, 310, 2, 1000),
 		}, porcupine.Ok},
 		{"resources are apart", []Op{
 			op(0, Acquire, "a", 0, 10, 1, 1000), key(op(1, Acquire, "b", 100, 110, 1, 1000), "s"),
