@@ -160,10 +160,14 @@
 //     rejects the history;
 //   - TestForceReleaseOfAGrantInFlightSchedule (a force release racing an
 //     acquire): three in-process nodes, one counter ahead; a force release
-//     breaks L1 while L1's raise of the lagging counters is held up, and
-//     L2 is granted a lower token than L1 is then answered. An open bug
-//     (RELIABILITY.md's bug 15): skipped unless LOCKGATE_CHAOS_FORCE_RACE=1,
-//     and then the mutex model rejects the history.
+//     breaks L1 while L1's raise of the lagging counters is held up, then
+//     L2 is granted and L1 answered (RELIABILITY.md's bug 15): without rule
+//     F1 of lockcore/doc.go, L2's token is below L1's and the mutex model
+//     rejects the history; its second case has the node with the highest
+//     counter miss the force release (F1c);
+//   - TestAGrantDuringAForceReleaseIsRefusedSchedule: L1's grant by a node
+//     arrives while a force release is under way; without F1's hold it is
+//     granted, and L1 and L2 are answered one token.
 //
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
 // is always logged); LOCKGATE_CHAOS_DURATION overrides the long profile's
@@ -178,9 +182,9 @@
 // waits for the acquires of its resource in flight, and holds new ones
 // back, until it is answered, and is not sent within 5 s of an acquire of
 // its resource whose answer was lost: LOCKGATE_CHAOS_FORCE_RACE=1 lets it
-// race them, which shows an open bug of lockcore's force release (a grant it
-// breaks before that grant was answered lets the next grant repeat its
-// token; RELIABILITY.md's bug table).
+// race them, which can meet what rule F1 of lockcore/doc.go leaves open (a
+// grant to the broken lease made after the force release, by a request
+// delayed past it; RELIABILITY.md's bug 15).
 // TestFaultsCatchC2WithoutProtection starts gateways built with the
 // lockgate_unprotected tag and LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (a
 // production build ignores it), plays only the two episodes with no

@@ -2,8 +2,9 @@ package chaos
 
 import (
 	"context"
-	"os"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,11 +20,25 @@ type gatedNode struct {
 	mu    sync.Mutex
 	gates map[string]chan struct{}
 	mute  map[string]bool
+	// noForce: the node does not answer a force release's BreakLock.
+	noForce bool
+	// forceGate, when set, holds up a RaiseFence for any lease not in
+	// gates (a force release's raise, whose lease is its own).
+	forceGate chan struct{}
+	// atForceGate counts the RaiseFence calls forceGate held up.
+	atForceGate atomic.Int32
+	// held holds up an Acquire for a lease in it until its gate closes;
+	// ran is closed once that Acquire has run.
+	held, ran map[string]chan struct{}
 }
 
 func (g *gatedNode) RaiseFence(ctx context.Context, resource, lease string, token int64) error {
 	g.mu.Lock()
-	gate := g.gates[lease]
+	gate, ok := g.gates[lease]
+	if !ok && g.forceGate != nil {
+		gate = g.forceGate
+		g.atForceGate.Add(1)
+	}
 	g.mu.Unlock()
 	if gate != nil {
 		select {
@@ -37,17 +52,28 @@ func (g *gatedNode) RaiseFence(ctx context.Context, resource, lease string, toke
 
 func (g *gatedNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
 	g.mu.Lock()
-	mute := g.mute[req.Lease]
+	mute, hold, ran := g.mute[req.Lease], g.held[req.Lease], g.ran[req.Lease]
 	g.mu.Unlock()
 	if mute {
 		<-ctx.Done()
 		return lockcore.NodeReply{}, ctx.Err()
 	}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return lockcore.NodeReply{}, ctx.Err()
+		}
+		defer close(ran)
+	}
 	return g.Node.Acquire(ctx, req)
 }
 
-func (g *gatedNode) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	return g.Node.(lockcore.ForceReleaser).ForceRelease(ctx, resource)
+func (g *gatedNode) BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (int64, int64, error) {
+	if g.noForce {
+		return 0, 0, errors.New("gated: no answer to the force release")
+	}
+	return g.Node.(lockcore.ForceReleaser).BreakLock(ctx, resource, lease, ttl)
 }
 
 // TestForceReleaseOfAGrantInFlightSchedule plays the schedule of bug 15
@@ -61,11 +87,24 @@ func (g *gatedNode) ForceRelease(ctx context.Context, resource string) (lockcore
 // the raises go through and L1 is answered token 11, which was broken
 // before L2 was granted with a lower token: the broken holder's late
 // writes win over the new holder's, and the mutex model rejects the
-// history. Skipped until the bug is fixed, unless LOCKGATE_CHAOS_FORCE_RACE=1.
+// history. The fix (rule F1 of lockcore/doc.go): the force release reads
+// every node's counter as it breaks the lock, and raises the counters to
+// the highest before the lock is free; when a node does not answer it
+// (the second case: C, whose counter is the highest), to the clock floor.
 func TestForceReleaseOfAGrantInFlightSchedule(t *testing.T) {
-	if os.Getenv(ForceRaceEnv) != "1" {
-		t.Skip("open bug 15 (RELIABILITY.md): fails; " + ForceRaceEnv + "=1 plays it")
+	for _, tc := range []struct {
+		name     string
+		cMissing bool // C does not answer the force release
+	}{
+		{"every node answers the force release", false},
+		{"the node with the highest counter does not answer it", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { playForceRace(t, tc.cMissing) })
 	}
+}
+
+// playForceRace plays TestForceReleaseOfAGrantInFlightSchedule's schedule.
+func playForceRace(t *testing.T, cMissing bool) {
 	ctx := context.Background()
 	var nodes []lockcore.Node
 	var gated []*gatedNode
@@ -110,6 +149,7 @@ func TestForceReleaseOfAGrantInFlightSchedule(t *testing.T) {
 			t.Fatal("L1 was not granted by A and B within 5 s")
 		}
 	}
+	c.noForce = cMissing
 	f := Event{Client: 0, Op: OpForceRelease, Resource: "r", Invoke: rec.Now()}
 	tok, err := rl.ForceRelease(ctx, "r")
 	f.Complete, f.Outcome, f.Status = rec.Now(), Ok, 204
@@ -131,4 +171,90 @@ func TestForceReleaseOfAGrantInFlightSchedule(t *testing.T) {
 func held(ctx context.Context, g *gatedNode, lease string) bool {
 	l, err := g.Node.Inspect(ctx, "r")
 	return err == nil && l.Found && l.Lease == lease
+}
+
+// TestAGrantDuringAForceReleaseIsRefusedSchedule (rule F1, the hold): L1's
+// acquire is granted by A (token 1), B never answers it, and its request
+// to C (whose counter is at 10) is held up; a force release breaks L1, and
+// C's grant to L1 then arrives before the force release has raised the
+// counters and freed the lock. The force release's hold refuses it: L1
+// has one grant of three and fails, and L2 gets token 11. Were the lock
+// simply deleted, C would grant L1 token 11, L1's raise of A and B would
+// be held up while L2 took them with token 11, and L1 would be answered
+// 11 as well: two holders with one token.
+func TestAGrantDuringAForceReleaseIsRefusedSchedule(t *testing.T) {
+	ctx := context.Background()
+	var nodes []lockcore.Node
+	var gated []*gatedNode
+	for range 3 {
+		g := &gatedNode{Node: memnode.New(nil), gates: map[string]chan struct{}{}, mute: map[string]bool{},
+			held: map[string]chan struct{}{}, ran: map[string]chan struct{}{}}
+		gated = append(gated, g)
+		nodes = append(nodes, g)
+	}
+	a, b, c := gated[0], gated[1], gated[2]
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 2 * time.Second, MinTTL: 4 * time.Second, MaxTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	if err := c.Node.RaiseFence(ctx, "r", "skew", 10); err != nil {
+		t.Fatal(err)
+	}
+	const l1, l2 = "schedule-lease-L1", "schedule-lease-L2"
+	l1Raise, cGrant, forceRaise := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	cRan := make(chan struct{})
+	for _, g := range []*gatedNode{a, b} {
+		g.gates[l1] = l1Raise
+		g.gates[l2] = nil
+	}
+	c.gates[l2] = nil
+	b.mute[l1] = true
+	c.held[l1], c.ran[l1] = cGrant, cRan
+	for _, g := range gated {
+		g.forceGate = forceRaise
+	}
+	rec := NewRecorder()
+	acquire := func(client int, lease string) {
+		e := Event{Client: client, Op: OpAcquire, Resource: "r", Lease: lease, Gateway: 0, Invoke: rec.Now()}
+		l, err := rl.Acquire(ctx, lockcore.AcquireRequest{Resource: "r", LeaseID: lease, TTL: 20 * time.Second})
+		e.Complete = rec.Now()
+		if err != nil {
+			e.Outcome = Fail
+			t.Logf("%s: %v", lease, err)
+		} else {
+			e.Outcome, e.Token, e.ValidFor, e.Status = Ok, uint64(l.Token), l.Validity, 201
+			t.Logf("%s: token %d", lease, l.Token)
+		}
+		rec.Add(e)
+	}
+	l1Done := make(chan struct{})
+	go func() { acquire(1, l1); close(l1Done) }()
+	waitUntil(t, "L1 granted by A", 5*time.Second, func() bool { return held(ctx, a, l1) })
+	f := Event{Client: 0, Op: OpForceRelease, Resource: "r", Invoke: rec.Now()}
+	forced := make(chan struct{})
+	go func() {
+		tok, err := rl.ForceRelease(ctx, "r")
+		f.Complete, f.Outcome, f.Status = rec.Now(), Ok, 204
+		if err != nil {
+			f.Outcome, f.Status = Fail, 503
+		}
+		t.Logf("force release: token %d, %v", tok, err)
+		close(forced)
+	}()
+	waitUntil(t, "the force release raising the counters", 5*time.Second, func() bool {
+		return a.atForceGate.Load() > 0 && c.atForceGate.Load() > 0
+	})
+	close(cGrant) // C's grant to L1 arrives while the force release is under way
+	<-cRan
+	close(forceRaise)
+	<-forced
+	rec.Add(f)
+	acquire(2, l2)
+	close(l1Raise)
+	<-l1Done
+	for _, e := range rec.Events() {
+		t.Logf("%v", e)
+	}
+	reportModels(t, CheckModels(rec.Events(), 0))
 }

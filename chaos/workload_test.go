@@ -23,10 +23,10 @@ import (
 // acquires of its resource in flight, and holds new ones back, until it is
 // answered, and is not sent within forceQuiet of an acquire of its
 // resource whose answer was lost (the gateway may still be granting it):
-// a force release that breaks a grant not yet answered (its token not yet
-// fenced on a quorum) lets the next grant repeat its token, a bug of
-// lockcore's force release that the models and C2 catch (see
-// RELIABILITY.md's bug table). The holders' extends, releases and writes
+// rule F1 of lockcore/doc.go makes a force release safe against a grant
+// made before it or during it, and leaves open one made after it by a
+// request of the broken lease's round delayed past the whole force release
+// (RELIABILITY.md's bug 15). The holders' extends, releases and writes
 // race it either way.
 const ForceRaceEnv = "LOCKGATE_CHAOS_FORCE_RACE"
 

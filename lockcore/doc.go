@@ -130,6 +130,36 @@
 // was down or slow when tokens were spent: the token a holder is answered
 // is the one that fences; Inspect's is what the copies carry.
 //
+// A force release (Redlock.ForceRelease, an operator's tool) breaks a lock
+// whose holder may not have been answered yet: its step 3 may still be
+// under way. Deleting the copies alone lets a later grant on the nodes
+// whose counters lag carry the broken holder's token or a lower one (bug
+// 15 in RELIABILITY.md). So, rule F1:
+//
+//	F1a. Hold. On every node, one atomic step (ForceReleaser.BreakLock)
+//	     replaces the lock by a hold of the force release's own lease
+//	     (forceHold at most) and reads the slot's counter, which covers
+//	     every token the node granted before. A grant still in flight that
+//	     reaches a node after it is refused as any grant to a held lock
+//	     (TestAGrantDuringAForceReleaseIsRefusedSchedule, in chaos).
+//	F1b. Raise. Every node's counter is raised to the highest read (step
+//	     3's script), and a quorum must take it before any hold is
+//	     released: every later grant meets a raised node, so its token is
+//	     above any the broken lease was or will be answered
+//	     (TestForceReleaseOfAGrantInFlightSchedule, first case).
+//	F1c. Unheard nodes. When a node did not answer the break, its counter
+//	     is unknown (it may be the highest: the broken lease's token came
+//	     from it): the raise goes to the clock floor, which is above every
+//	     token granted before (as in the repair of a node that cannot read
+//	     the others; TestForceReleaseOfAGrantInFlightSchedule, second case).
+//
+// What F1 leaves open: a grant to the broken lease that reaches a node
+// after the holds were released (a request of the broken lease's round
+// delayed past the whole force release) is granted from the raised
+// counter, and may repeat the token of a lock granted meanwhile on other
+// nodes; a bar on the broken leases, kept for the longest node call, would
+// close it.
+//
 // # Nodes that lose their data
 //
 // Step 4 needs the shared node to still have its counter. A node that

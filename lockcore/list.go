@@ -33,12 +33,15 @@ type Lister interface {
 // ForceReleaser is implemented by nodes that can break a lock whoever holds
 // it.
 type ForceReleaser interface {
-	// ForceRelease deletes the lock on resource whatever lease holds it
-	// (StatusOK, Token = the released lease's token) and announces the
-	// release to watchers exactly as Release does, in the same atomic step.
-	// StatusAbsent when nothing holds it. The fencing counter is left as it
-	// is, so the next holder's token is still higher than the broken one's.
-	ForceRelease(ctx context.Context, resource string) (NodeReply, error)
+	// BreakLock replaces the lock on resource, whatever lease holds it (or
+	// none), by a hold of lease for ttl, in one atomic step: no other
+	// lease can take the lock while the hold lasts, and a grant to the
+	// broken lease that arrives later is refused as any other. It
+	// announces nothing (the hold's Release does). It returns the token the
+	// replaced lock carried (0: none was held) and the fencing counter of
+	// the resource's slot, which is at least every token the node granted
+	// on it before the step.
+	BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (broken, counter int64, err error)
 }
 
 // ErrNotSupported means a node of this Redlock lacks an optional capability
@@ -396,17 +399,27 @@ func (r *Redlock) lockInfo(resource string, held []NodeLock, start, now time.Tim
 	return info
 }
 
-// ForceRelease deletes the lock on resource on every node, whatever lease
-// holds it, announces the release to this replica's waiters as Release does,
-// and returns the broken lock's fencing token (the highest a node released).
-// The fencing counters are left as they are: the next holder's token is
-// higher. It is an operator's tool to break a stuck lock; the broken
-// holder's lease is not told, and its writes are stopped only by fencing.
+// ForceRelease breaks the lock on resource, whatever lease holds it,
+// announces the release to this replica's waiters as Release does, and
+// returns the broken lock's fencing token (the highest a node held). It is
+// an operator's tool to break a stuck lock; the broken holder's lease is
+// not told, and its writes are stopped only by fencing.
+//
+// The next holder's token is above every token the broken lease was or
+// will be answered (rule F1 in doc.go): the lock is first replaced on
+// every node by a hold of the force release's own (BreakLock), which no
+// grant can pass, so that a grant to the broken lease still in flight
+// either was made before (and the node's counter covers its token) or is
+// refused; then every node's counter for the resource's slot is raised to
+// the highest counter read (to the clock floor when a node did not
+// answer, since its counter is unknown), and only then are the holds
+// released. A gateway that dies on the way leaves the holds to expire
+// (forceHold).
 //
 // Errors: *InvalidError; ErrNotHeld when no node held the lock;
 // ErrNotSupported when a node is not a ForceReleaser; *QuorumError
-// (ErrNoQuorum) when too few nodes answered to be sure no quorum holds it
-// any longer (retrying is safe); or an error matching ctx.Err().
+// (ErrNoQuorum) when too few nodes answered a step (retrying is safe; the
+// holds placed last until forceHold); or an error matching ctx.Err().
 func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, error) {
 	if err := r.checkResource(resource); err != nil {
 		return 0, err
@@ -416,17 +429,61 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, err
 			return 0, ErrNotSupported
 		}
 	}
-	results := r.fanout(ctx, func(ctx context.Context, i int, _ Node) (NodeReply, error) {
-		return r.nodes[i].(ForceReleaser).ForceRelease(ctx, resource)
+	hold, began := NewLeaseID(), time.Now()
+	counters := make([]int64, len(r.nodes)) // each written before its node's answer
+	broke := r.fanout(ctx, func(ctx context.Context, i int, _ Node) (NodeReply, error) {
+		tok, counter, err := r.nodes[i].(ForceReleaser).BreakLock(ctx, resource, hold, forceHold)
+		if err != nil {
+			return NodeReply{}, err
+		}
+		counters[i] = counter
+		return NodeReply{Status: StatusOK, Token: tok}, nil
 	})
-	t := count(results, StatusOK)
-	r.waits.announce(resource, released(results))
-	if t.answered() < r.quorum {
+	t := count(broke, StatusOK)
+	if t.ok < r.quorum {
 		r.opt.Observer.QuorumFailed("force")
 		return 0, withCtx(ctx, r.noQuorum(&QuorumError{Op: "force", Needed: r.quorum, Answered: t.answered(), Causes: t.causes}))
 	}
-	if t.ok == 0 {
-		return 0, ErrNotHeld
+	var floor int64
+	for i, res := range broke {
+		if res.err == nil {
+			floor = max(floor, counters[i])
+		}
 	}
-	return t.maxToken, nil
+	if t.ok < len(r.nodes) {
+		floor = max(floor, clockFloor(time.Now()))
+	}
+	if floor > 0 {
+		raised := count(r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
+			return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, hold, floor)
+		}), StatusOK)
+		if raised.ok < r.quorum || time.Since(began) > forceHold/2 {
+			r.opt.Observer.QuorumFailed("force")
+			return 0, withCtx(ctx, r.noQuorum(&QuorumError{Op: "force", Needed: r.quorum, Answered: raised.ok, Causes: raised.causes}))
+		}
+	}
+	freed := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
+		return n.Release(ctx, resource, hold, 0)
+	})
+	r.waits.announce(resource, released(freed))
+	if tok := maxBroken(broke); tok > 0 {
+		return tok, nil
+	}
+	return 0, ErrNotHeld
+}
+
+// forceHold bounds how long a force release's holds block the lock: long
+// enough for its raise round, short enough that a gateway that dies in a
+// force release leaves the lock blocked for seconds.
+const forceHold = 10 * time.Second
+
+// maxBroken returns the highest token a BreakLock replaced (0: none).
+func maxBroken(results []nodeResult) int64 {
+	var tok int64
+	for _, res := range results {
+		if res.err == nil {
+			tok = max(tok, res.reply.Token)
+		}
+	}
+	return tok
 }

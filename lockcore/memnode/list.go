@@ -3,6 +3,7 @@ package memnode
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/lockgate/lockgate/lockcore"
 )
@@ -70,19 +71,19 @@ func (n *Node) InspectLocks(ctx context.Context, resources []string) ([]lockcore
 	return out, nil
 }
 
-// ForceRelease implements lockcore.ForceReleaser: the lock is deleted and
-// every watch's notify called, under the node's lock.
-func (n *Node) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
+// BreakLock implements lockcore.ForceReleaser: under the node's lock, the
+// lock on resource (if any) is dropped and lease holds it for ttl, with the
+// dropped lock's token.
+func (n *Node) BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (broken, counter int64, err error) {
 	if err := ctx.Err(); err != nil {
-		return lockcore.NodeReply{}, err
+		return 0, 0, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	e := n.live(resource)
-	if e == nil {
-		return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	if e := n.live(resource); e != nil {
+		broken = e.token
+		n.drop(e)
 	}
-	n.drop(e)
-	n.announce(resource)
-	return lockcore.NodeReply{Status: lockcore.StatusOK, Token: e.token}, nil
+	n.add(&entry{name: resource, lease: lease, token: broken, ttl: ttl, expires: n.now().Add(ttl)})
+	return broken, n.counters[lockcore.FenceSlot(resource)], nil
 }

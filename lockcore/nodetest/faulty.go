@@ -430,3 +430,19 @@ func (l faultyLent) Counters(ctx context.Context) ([]int64, error) {
 	}
 	return l.inner.Counters(ctx)
 }
+
+var _ lockcore.ForceReleaser = (*Faulty)(nil)
+
+// BreakLock implements lockcore.ForceReleaser by delegating to the wrapped
+// node, after the faults set; ErrNotSupported when the wrapped node is no
+// ForceReleaser.
+func (f *Faulty) BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (broken, counter int64, err error) {
+	if err := f.fault(ctx); err != nil {
+		return 0, 0, err
+	}
+	fr, ok := f.inner.(lockcore.ForceReleaser)
+	if !ok {
+		return 0, 0, lockcore.ErrNotSupported
+	}
+	return fr.BreakLock(ctx, resource, lease, ttl)
+}

@@ -48,6 +48,7 @@ func Run(t *testing.T, newNode func(t *testing.T) lockcore.Node) {
 		{"If-Match", s.ifToken},
 		{"hand-off", s.handOff},
 		{"ping", s.ping},
+		{"BreakLock puts a hold in the lock's place and reads the counter", s.breakLock},
 	} {
 		t.Run(c.name, c.run)
 	}
@@ -202,6 +203,40 @@ func (s *suite) raiseFence(t *testing.T) {
 	n.Release(ctx, r, leaseA, 0)
 	if got := s.acq(t, n, r, leaseB, ttl); got.Token != g.Token+501 {
 		t.Fatalf("next token = %d, want %d (counter raised to %d)", got.Token, g.Token+501, g.Token+500)
+	}
+}
+
+// breakLock: a force release's step on one node (rule F1 of lockcore's
+// doc): the lock is replaced by a hold that refuses every other lease,
+// including the broken one; the slot's counter read covers the broken
+// token; releasing the hold frees the lock, and the next token is higher.
+func (s *suite) breakLock(t *testing.T) {
+	ctx := context.Background()
+	n, r := s.newNode(t), s.res(t)
+	f, ok := n.(lockcore.ForceReleaser)
+	if !ok {
+		t.Fatalf("%v is not a lockcore.ForceReleaser", n)
+	}
+	g := s.acq(t, n, r, leaseA, ttl)
+	broken, counter, err := f.BreakLock(ctx, r, leaseB, ttl)
+	if err != nil || broken != g.Token || counter < g.Token {
+		t.Fatalf("BreakLock of a lock held with token %d: broke %d, counter %d, %v", g.Token, broken, counter, err)
+	}
+	for _, lease := range []string{leaseA, "another-lease"} {
+		rep, err := n.Acquire(ctx, lockcore.NodeAcquire{Resource: r, Lease: lease, TTL: ttl, Owner: "owner-" + lease})
+		if err != nil || rep.Status != lockcore.StatusTaken {
+			t.Fatalf("acquire by %s under the hold: %+v, %v; want taken", lease, rep, err)
+		}
+	}
+	if rep, err := n.Release(ctx, r, leaseB, 0); err != nil || rep.Status != lockcore.StatusOK {
+		t.Fatalf("release of the hold: %+v, %v", rep, err)
+	}
+	if got := s.acq(t, n, r, leaseA, ttl); got.Token <= counter {
+		t.Fatalf("token after the hold %d, not above the counter read %d", got.Token, counter)
+	}
+	free := s.res(t)
+	if broken, counter, err := f.BreakLock(ctx, free, leaseB, ttl); err != nil || broken != 0 || counter < 0 {
+		t.Fatalf("BreakLock of a free lock: broke %d, counter %d, %v; want 0", broken, counter, err)
 	}
 }
 

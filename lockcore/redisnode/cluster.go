@@ -444,16 +444,13 @@ func (c *ClusterNode) Ping(ctx context.Context) error {
 	}))
 }
 
-// ForceRelease implements lockcore.ForceReleaser with force.lua.
-func (c *ClusterNode) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	v, err := c.run(ctx, forceScript, []string{lockKey(resource)}, 2)
+// BreakLock implements lockcore.ForceReleaser with force.lua.
+func (c *ClusterNode) BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (broken, counter int64, err error) {
+	v, err := c.run(ctx, forceScript, []string{lockKey(resource), tokensKey(resource)}, 2, lease, strconv.FormatInt(ttl.Milliseconds(), 10))
 	if err != nil {
-		return lockcore.NodeReply{}, err
+		return 0, 0, err
 	}
-	if v[0] == 1 {
-		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: v[1]}, nil
-	}
-	return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	return v[0], v[1], nil
 }
 
 // idSet is the record's name for a set of primaries: each one's run id

@@ -199,14 +199,11 @@ func (n *Node) readLocks(ctx context.Context, resources []string, after func(red
 	return merged, nil
 }
 
-// ForceRelease implements lockcore.ForceReleaser with force.lua.
-func (n *Node) ForceRelease(ctx context.Context, resource string) (lockcore.NodeReply, error) {
-	v, err := n.run(ctx, n.sc.force, []string{lockKey(resource)}, 2)
+// BreakLock implements lockcore.ForceReleaser with force.lua.
+func (n *Node) BreakLock(ctx context.Context, resource, lease string, ttl time.Duration) (broken, counter int64, err error) {
+	v, err := n.run(ctx, n.sc.force, n.lockKeys(resource), 2, lease, strconv.FormatInt(ttl.Milliseconds(), 10))
 	if err != nil {
-		return lockcore.NodeReply{}, err
+		return 0, 0, err
 	}
-	if v[0] == 1 {
-		return lockcore.NodeReply{Status: lockcore.StatusOK, Token: v[1]}, nil
-	}
-	return lockcore.NodeReply{Status: lockcore.StatusAbsent}, nil
+	return v[0], v[1], nil
 }
