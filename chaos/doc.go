@@ -122,8 +122,8 @@
 // Profiles:
 //
 //	go test ./chaos/                  short profile (about a minute of load), CI
-//	LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v
-//	                                  long profile (12 minutes), writes
+//	LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 45m -v
+//	                                  long profile (30 minutes), writes
 //	                                  RELIABILITY.md at the repository root
 //
 // Named schedules play one fault kind's sequence on a topology of their

@@ -55,13 +55,13 @@ func unprotectedProfile() profile {
 }
 
 // chosenProfile is the short profile, or the long one under
-// LOCKGATE_CHAOS=long (12 minutes unless LOCKGATE_CHAOS_DURATION says).
+// LOCKGATE_CHAOS=long (30 minutes unless LOCKGATE_CHAOS_DURATION says).
 func chosenProfile(t *testing.T) profile {
 	p := shortProfile()
 	if os.Getenv("LOCKGATE_CHAOS") != "long" {
 		return p
 	}
-	p.name, p.duration, p.maxFaults, p.gap = "long", 12*time.Minute, 10000, 500*time.Millisecond
+	p.name, p.duration, p.maxFaults, p.gap = "long", 30*time.Minute, 10000, 500*time.Millisecond
 	if d := os.Getenv("LOCKGATE_CHAOS_DURATION"); d != "" {
 		v, err := time.ParseDuration(d)
 		if err != nil || v < time.Minute {

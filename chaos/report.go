@@ -226,7 +226,7 @@ func (s *Summary) Markdown() string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# Reliability: fault-injection run\n\n")
-	p("Written by `LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 30m -v` (package `chaos`) from the run\n")
+	p("Written by `LOCKGATE_CHAOS=long go test ./chaos -run 'TestFaults$' -timeout 45m -v` (package `chaos`) from the run\n")
 	p("below; every figure is from that run. Started %s, %v of load, seed %d (rerun with `LOCKGATE_CHAOS_SEED=%d`).\n\n",
 		s.Started.UTC().Format(time.RFC3339), s.Duration.Round(time.Second), s.Seed, s.Seed)
 	p("Topology on loopback: %d redis-server nodes (AOF, `appendfsync everysec`), nodes 3 and 4 behind a fault proxy,\n", s.Nodes)
