@@ -162,11 +162,11 @@
 //     acquire): three in-process nodes, one counter ahead; a force release
 //     breaks L1 while L1's raise of the lagging counters is held up, then
 //     L2 is granted and L1 answered (RELIABILITY.md's bug 15): without rule
-//     F1 of lockcore/doc.go, L2's token is below L1's and the mutex model
+//     FR1–FR4 of lockcore/doc.go, L2's token is below L1's and the mutex model
 //     rejects the history; its second case has the node with the highest
-//     counter miss the force release (F1c);
+//     counter miss the force release (FR3);
 //   - TestAGrantDuringAForceReleaseIsRefusedSchedule: L1's grant by a node
-//     arrives while a force release is under way; without F1's hold it is
+//     arrives while a force release is under way; without FR1's hold it is
 //     granted, and L1 and L2 are answered one token.
 //
 // LOCKGATE_CHAOS_SEED fixes the nemesis's random schedule (the seed in use
@@ -178,13 +178,10 @@
 // TestFaults runs with the protection on and fails on any C2, C3, C5 or A
 // violation, on a C1 violation in a fault-free window, on a C4 miss, on a
 // history the models reject, and on any 5xx other than 503 (all but what
-// lies in the windows of the fault outside the model). A force release
-// waits for the acquires of its resource in flight, and holds new ones
-// back, until it is answered, and is not sent within 5 s of an acquire of
-// its resource whose answer was lost: LOCKGATE_CHAOS_FORCE_RACE=1 lets it
-// race them, which can meet what rule F1 of lockcore/doc.go leaves open (a
-// grant to the broken lease made after the force release, by a request
-// delayed past it; RELIABILITY.md's bug 15).
+// lies in the windows of the fault outside the model). Force releases race
+// the acquires of their resource, as an operator's would (rules FR1–FR4
+// of lockcore/doc.go; RELIABILITY.md's bug 15 is what they found before);
+// LOCKGATE_CHAOS_FORCE_RACE=0 keeps them apart.
 // TestFaultsCatchC2WithoutProtection starts gateways built with the
 // lockgate_unprotected tag and LOCKGATE_UNSAFE_NO_LOSS_PROTECTION=1 (a
 // production build ignores it), plays only the two episodes with no

@@ -25,8 +25,9 @@ type gatedNode struct {
 	// forceGate, when set, holds up a RaiseFence for any lease not in
 	// gates (a force release's raise, whose lease is its own).
 	forceGate chan struct{}
-	// atForceGate counts the RaiseFence calls forceGate held up.
-	atForceGate atomic.Int32
+	// atForceGate counts the RaiseFence calls forceGate held up, raised
+	// those that ran after it.
+	atForceGate, raised atomic.Int32
 	// held holds up an Acquire for a lease in it until its gate closes;
 	// ran is closed once that Acquire has run.
 	held, ran map[string]chan struct{}
@@ -47,7 +48,11 @@ func (g *gatedNode) RaiseFence(ctx context.Context, resource, lease string, toke
 			return ctx.Err()
 		}
 	}
-	return g.Node.RaiseFence(ctx, resource, lease, token)
+	err := g.Node.RaiseFence(ctx, resource, lease, token)
+	if !ok && g.forceGate != nil {
+		g.raised.Add(1)
+	}
+	return err
 }
 
 func (g *gatedNode) Acquire(ctx context.Context, req lockcore.NodeAcquire) (lockcore.NodeReply, error) {
@@ -87,7 +92,7 @@ func (g *gatedNode) BreakLock(ctx context.Context, resource, lease string, ttl t
 // the raises go through and L1 is answered token 11, which was broken
 // before L2 was granted with a lower token: the broken holder's late
 // writes win over the new holder's, and the mutex model rejects the
-// history. The fix (rule F1 of lockcore/doc.go): the force release reads
+// history. The fix (rules FR1–FR4 of lockcore/doc.go): the force release reads
 // every node's counter as it breaks the lock, and raises the counters to
 // the highest before the lock is free; when a node does not answer it
 // (the second case: C, whose counter is the highest), to the clock floor.
@@ -119,6 +124,15 @@ func playForceRace(t *testing.T, cMissing bool) {
 		t.Fatal(err)
 	}
 	defer rl.Close()
+	// The operator's gateway waits out node calls of 100 ms at most (rule
+	// FR4), which L1's held-up raise outlasts, as a raise sent after a
+	// pause of L1's gateway would.
+	op, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 100 * time.Millisecond, MaxNodeTimeout: 100 * time.Millisecond,
+		MinTTL: 2 * time.Second, MaxTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
 	if err := c.Node.RaiseFence(ctx, "r", "skew", 10); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +165,7 @@ func playForceRace(t *testing.T, cMissing bool) {
 	}
 	c.noForce = cMissing
 	f := Event{Client: 0, Op: OpForceRelease, Resource: "r", Invoke: rec.Now()}
-	tok, err := rl.ForceRelease(ctx, "r")
+	tok, err := op.ForceRelease(ctx, "r")
 	f.Complete, f.Outcome, f.Status = rec.Now(), Ok, 204
 	if err != nil {
 		f.Outcome, f.Status = Fail, 503
@@ -173,16 +187,31 @@ func held(ctx context.Context, g *gatedNode, lease string) bool {
 	return err == nil && l.Found && l.Lease == lease
 }
 
-// TestAGrantDuringAForceReleaseIsRefusedSchedule (rule F1, the hold): L1's
+// TestAGrantDuringAForceReleaseIsRefusedSchedule (rules FR1 and FR4): L1's
 // acquire is granted by A (token 1), B never answers it, and its request
 // to C (whose counter is at 10) is held up; a force release breaks L1, and
-// C's grant to L1 then arrives before the force release has raised the
-// counters and freed the lock. The force release's hold refuses it: L1
-// has one grant of three and fails, and L2 gets token 11. Were the lock
-// simply deleted, C would grant L1 token 11, L1's raise of A and B would
-// be held up while L2 took them with token 11, and L1 would be answered
-// 11 as well: two holders with one token.
+// C's grant to L1 then arrives, in the first case before the force release
+// has raised the counters (FR1, the hold), in the second after it (FR4,
+// the wait: the holds stay until no call of L1's round can be answered).
+// Either way a hold refuses it: L1 has one grant of three and fails, and
+// L2 gets token 11. Were the lock simply deleted, or the holds freed once
+// raised, C would grant L1 token 11, L1's raise of A and B would be held
+// up while L2 took them with token 11, and L1 would be answered 11 as
+// well: two holders with one token.
 func TestAGrantDuringAForceReleaseIsRefusedSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		afterRaise bool
+	}{
+		{"the grant arrives while the counters are raised", false},
+		{"the grant arrives after the counters were raised", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { playGrantDuringForce(t, tc.afterRaise) })
+	}
+}
+
+// playGrantDuringForce plays TestAGrantDuringAForceReleaseIsRefusedSchedule.
+func playGrantDuringForce(t *testing.T, afterRaise bool) {
 	ctx := context.Background()
 	var nodes []lockcore.Node
 	var gated []*gatedNode
@@ -193,7 +222,8 @@ func TestAGrantDuringAForceReleaseIsRefusedSchedule(t *testing.T) {
 		nodes = append(nodes, g)
 	}
 	a, b, c := gated[0], gated[1], gated[2]
-	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 2 * time.Second, MinTTL: 4 * time.Second, MaxTTL: time.Minute})
+	rl, err := lockcore.New(nodes, &lockcore.Options{NodeTimeout: 2 * time.Second, MaxNodeTimeout: 2 * time.Second,
+		MinTTL: 4 * time.Second, MaxTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,9 +275,19 @@ func TestAGrantDuringAForceReleaseIsRefusedSchedule(t *testing.T) {
 	waitUntil(t, "the force release raising the counters", 5*time.Second, func() bool {
 		return a.atForceGate.Load() > 0 && c.atForceGate.Load() > 0
 	})
-	close(cGrant) // C's grant to L1 arrives while the force release is under way
-	<-cRan
-	close(forceRaise)
+	if afterRaise {
+		close(forceRaise)
+		waitUntil(t, "the force release's raise", 5*time.Second, func() bool {
+			return a.raised.Load() > 0 && b.raised.Load() > 0 && c.raised.Load() > 0
+		})
+		time.Sleep(100 * time.Millisecond) // a release of the holds would be done by now
+		close(cGrant)
+		<-cRan
+	} else {
+		close(cGrant) // C's grant to L1 arrives while the force release is under way
+		<-cRan
+		close(forceRaise)
+	}
 	<-forced
 	rec.Add(f)
 	acquire(2, l2)

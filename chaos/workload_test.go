@@ -18,16 +18,15 @@ import (
 	"github.com/lockgate/lockgate/fencing"
 )
 
-// ForceRaceEnv, set to 1, lets a force release of a hot lock run while an
-// acquire of it is in flight. By default a force release waits for the
-// acquires of its resource in flight, and holds new ones back, until it is
-// answered, and is not sent within forceQuiet of an acquire of its
-// resource whose answer was lost (the gateway may still be granting it):
-// rule F1 of lockcore/doc.go makes a force release safe against a grant
-// made before it or during it, and leaves open one made after it by a
-// request of the broken lease's round delayed past the whole force release
-// (RELIABILITY.md's bug 15). The holders' extends, releases and writes
-// race it either way.
+// ForceRaceEnv, set to 0, keeps force releases apart from the acquires of
+// their resource: a force release then waits for the acquires of its
+// resource in flight, and holds new ones back, until it is answered, and
+// is not sent within forceQuiet of an acquire of its resource whose answer
+// was lost. By default they race, as an operator's would: rules FR1–FR4
+// of lockcore/doc.go make a force release safe against a grant of the
+// broken lease made before it, during it, or by a call still under way
+// after it (RELIABILITY.md's bug 15 was what racing them found before).
+// The holders' extends, releases and writes race it either way.
 const ForceRaceEnv = "LOCKGATE_CHAOS_FORCE_RACE"
 
 // forceQuiet is how long after an acquire's lost answer a force release
@@ -46,7 +45,7 @@ type workload struct {
 	cold []string
 	sems []string // semaphores of workloadK permits
 	// forcing[i] keeps a force release of hot[i] apart from its acquires
-	// in flight (see ForceRaceEnv), unless forceRace.
+	// in flight (see ForceRaceEnv), unless forceRace (the default).
 	forcing   []sync.RWMutex
 	forceRace bool
 	// lostAt[i] is when an acquire of hot[i] last ended without an answer
@@ -76,7 +75,7 @@ func newWorkload(rec *Recorder, cl *cluster, clients int, seed uint64, ttl time.
 	w.sems = []string{"sem-0", "sem-1"}
 	w.forcing = make([]sync.RWMutex, len(w.hot))
 	w.lostAt = make([]atomic.Int64, len(w.hot))
-	w.forceRace = os.Getenv(ForceRaceEnv) == "1"
+	w.forceRace = os.Getenv(ForceRaceEnv) != "0"
 	return w
 }
 

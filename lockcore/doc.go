@@ -134,31 +134,32 @@
 // whose holder may not have been answered yet: its step 3 may still be
 // under way. Deleting the copies alone lets a later grant on the nodes
 // whose counters lag carry the broken holder's token or a lower one (bug
-// 15 in RELIABILITY.md). So, rule F1:
+// 15 in RELIABILITY.md). So, rules FR1 to FR4:
 //
-//	F1a. Hold. On every node, one atomic step (ForceReleaser.BreakLock)
-//	     replaces the lock by a hold of the force release's own lease
-//	     (forceHold at most) and reads the slot's counter, which covers
-//	     every token the node granted before. A grant still in flight that
-//	     reaches a node after it is refused as any grant to a held lock
+//	FR1. Hold. On every node, one atomic step (ForceReleaser.BreakLock)
+//	     replaces the lock by a hold of the force release's own (seconds
+//	     at most) and reads the slot's counter, which covers every token
+//	     the node granted before. A grant still in flight that reaches a
+//	     node after it is refused as any grant to a held lock
 //	     (TestAGrantDuringAForceReleaseIsRefusedSchedule, in chaos).
-//	F1b. Raise. Every node's counter is raised to the highest read (step
+//	FR2. Raise. Every node's counter is raised to the highest read (step
 //	     3's script), and a quorum must take it before any hold is
 //	     released: every later grant meets a raised node, so its token is
 //	     above any the broken lease was or will be answered
 //	     (TestForceReleaseOfAGrantInFlightSchedule, first case).
-//	F1c. Unheard nodes. When a node did not answer the break, its counter
+//	FR3. Unheard nodes. When a node did not answer the break, its counter
 //	     is unknown (it may be the highest: the broken lease's token came
 //	     from it): the raise goes to the clock floor, which is above every
 //	     token granted before (as in the repair of a node that cannot read
 //	     the others; TestForceReleaseOfAGrantInFlightSchedule, second case).
-//
-// What F1 leaves open: a grant to the broken lease that reaches a node
-// after the holds were released (a request of the broken lease's round
-// delayed past the whole force release) is granted from the raised
-// counter, and may repeat the token of a lock granted meanwhile on other
-// nodes; a bar on the broken leases, kept for the longest node call, would
-// close it.
+//	FR4. Wait out the broken lease's round. A round counts only the
+//	     grants its node calls returned, and no node call lasts longer
+//	     than MaxNodeTimeout; a round that holds a grant made before the
+//	     break began before it. So the holds stay until MaxNodeTimeout
+//	     after the break: any grant that round could still count meets a
+//	     hold (TestAGrantDuringAForceReleaseIsRefusedSchedule, its case of
+//	     a grant after the raise). This assumes that no gateway replica
+//	     runs with a larger MaxNodeTimeout than the one that forces.
 //
 // # Nodes that lose their data
 //

@@ -406,15 +406,17 @@ func (r *Redlock) lockInfo(resource string, held []NodeLock, start, now time.Tim
 // not told, and its writes are stopped only by fencing.
 //
 // The next holder's token is above every token the broken lease was or
-// will be answered (rule F1 in doc.go): the lock is first replaced on
+// will be answered (rules FR1–FR4 in doc.go): the lock is first replaced on
 // every node by a hold of the force release's own (BreakLock), which no
 // grant can pass, so that a grant to the broken lease still in flight
 // either was made before (and the node's counter covers its token) or is
 // refused; then every node's counter for the resource's slot is raised to
 // the highest counter read (to the clock floor when a node did not
-// answer, since its counter is unknown), and only then are the holds
-// released. A gateway that dies on the way leaves the holds to expire
-// (forceHold).
+// answer, since its counter is unknown), and the holds are released only
+// once the broken lease's round cannot count a grant any longer
+// (MaxNodeTimeout after the break): a force release takes that long. A
+// gateway that dies on the way leaves the holds to expire (forceHold plus
+// twice MaxNodeTimeout).
 //
 // Errors: *InvalidError; ErrNotHeld when no node held the lock;
 // ErrNotSupported when a node is not a ForceReleaser; *QuorumError
@@ -430,15 +432,17 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, err
 		}
 	}
 	hold, began := NewLeaseID(), time.Now()
-	counters := make([]int64, len(r.nodes)) // each written before its node's answer
+	holdFor := forceHold + 2*r.opt.MaxNodeTimeout // the raise and FR4's wait fit well within
+	counters := make([]int64, len(r.nodes))       // each written before its node's answer
 	broke := r.fanout(ctx, func(ctx context.Context, i int, _ Node) (NodeReply, error) {
-		tok, counter, err := r.nodes[i].(ForceReleaser).BreakLock(ctx, resource, hold, forceHold)
+		tok, counter, err := r.nodes[i].(ForceReleaser).BreakLock(ctx, resource, hold, holdFor)
 		if err != nil {
 			return NodeReply{}, err
 		}
 		counters[i] = counter
 		return NodeReply{Status: StatusOK, Token: tok}, nil
 	})
+	brokeAt := time.Now()
 	t := count(broke, StatusOK)
 	if t.ok < r.quorum {
 		r.opt.Observer.QuorumFailed("force")
@@ -457,10 +461,19 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, err
 		raised := count(r.fanout(ctx, func(ctx context.Context, i int, n Node) (NodeReply, error) {
 			return NodeReply{Status: StatusOK}, n.RaiseFence(ctx, resource, hold, floor)
 		}), StatusOK)
-		if raised.ok < r.quorum || time.Since(began) > forceHold/2 {
+		if raised.ok < r.quorum || time.Since(began) > holdFor/2 {
 			r.opt.Observer.QuorumFailed("force")
 			return 0, withCtx(ctx, r.noQuorum(&QuorumError{Op: "force", Needed: r.quorum, Answered: raised.ok, Causes: raised.causes}))
 		}
+	}
+	// FR4: a round of the broken lease counts only the grants its node
+	// calls returned, and a node call lasts MaxNodeTimeout at most: until
+	// that long after the break, such a round may still be granted a node
+	// it counts.
+	select {
+	case <-time.After(time.Until(brokeAt.Add(r.opt.MaxNodeTimeout + forceMargin))):
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 	freed := r.fanout(ctx, func(ctx context.Context, _ int, n Node) (NodeReply, error) {
 		return n.Release(ctx, resource, hold, 0)
@@ -472,10 +485,14 @@ func (r *Redlock) ForceRelease(ctx context.Context, resource string) (int64, err
 	return 0, ErrNotHeld
 }
 
-// forceHold bounds how long a force release's holds block the lock: long
-// enough for its raise round, short enough that a gateway that dies in a
-// force release leaves the lock blocked for seconds.
-const forceHold = 10 * time.Second
+// forceHold, plus twice MaxNodeTimeout, bounds how long a force release's
+// holds block the lock: long enough for its raise round and the wait of
+// rule FR4, short enough that a gateway that dies in a force release
+// leaves the lock blocked for seconds. forceMargin is what FR4's wait adds for the gateways' clocks.
+const (
+	forceHold   = 10 * time.Second
+	forceMargin = 10 * time.Millisecond
+)
 
 // maxBroken returns the highest token a BreakLock replaced (0: none).
 func maxBroken(results []nodeResult) int64 {

@@ -206,7 +206,7 @@ func (s *suite) raiseFence(t *testing.T) {
 	}
 }
 
-// breakLock: a force release's step on one node (rule F1 of lockcore's
+// breakLock: a force release's step on one node (rules FR1–FR4 of lockcore's
 // doc): the lock is replaced by a hold that refuses every other lease,
 // including the broken one; the slot's counter read covers the broken
 // token; releasing the hold frees the lock, and the next token is higher.
