@@ -158,8 +158,9 @@ func guarded(body string) *redis.Script { return redis.NewScript(guardLua + body
 func lockKey(resource string) string { return "lockgate:{" + resource + "}:lock" }
 
 // releasedKey is the channel a release is published on (release.lua,
-// handoff.lua, force.lua). The scripts build it from KEYS[1] (lockKey with
-// its trailing "lock" replaced, so lockKey must end in ":lock"), never
+// handoff.lua; a force release through its hold's release). The scripts
+// build it from KEYS[1] (lockKey with its trailing "lock" replaced, so
+// lockKey must end in ":lock"), never
 // declare it: a channel is not a key, and a declared key that does not
 // exist makes Redis Cluster refuse the script (TRYAGAIN) for the whole of
 // its slot's migration.
